@@ -1,0 +1,1 @@
+"""Concrete destinations built on ``framework``: Delta Lake (exactly-once) and async sinks."""

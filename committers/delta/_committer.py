@@ -1,0 +1,280 @@
+"""The driver side of the Delta sink: one idempotent Delta transaction per epoch.
+
+Each commit carries ``txn(app_id, epoch_id)`` and our commitInfo keys (writer identity, run id).
+delta-rs does not skip replays by itself (see the project notes), so the committer checks the
+table's txn version before staging and again on a fresh snapshot right before committing; the
+window between that check and the commit is covered by delta-rs's conflict detection, which makes
+exactly one of two racing commits of the same app id win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction
+
+from committers.delta._committable import DeltaCommittable, StagedFile
+from committers.delta._schema import SchemaMode, merge_schemas
+from committers.delta._staging import STAGING_DIR, epoch_staging_dir, read_manifests
+from committers.delta._storage import TableLocation
+from committers.delta._table import (
+    COMMIT_APP_ID,
+    COMMIT_EPOCH_ID,
+    COMMIT_RUN_ID,
+    COMMIT_WRITER,
+    CommitRecord,
+    added_paths,
+    find_commit,
+    table_schema,
+)
+from framework.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    ConcurrentWriterError,
+)
+from framework.sink import Epoch, GlobalCommitter
+
+__all__ = ["DeltaGlobalCommitter"]
+
+log = logging.getLogger("committers.delta")
+
+DEFAULT_COMMIT_ATTEMPTS = 5
+
+
+class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
+    """Commits each epoch's staged files as ONE Delta transaction keyed by (app id, epoch id).
+
+    Guarantees:
+        * an epoch whose txn the table already records is never committed again;
+        * if another instance sharing the app id committed the epoch, ``ConcurrentWriterError``
+          is raised instead of silently skipping (which would lose this instance's rows);
+        * an I/O failure during a commit is reconciled by re-reading the txn on a fresh
+          snapshot; after ``commit_attempts`` unresolved tries ``CommitStateUnknownError``;
+        * ``clean_up`` deletes staged files of the epoch that no commit references, and never a
+          file that a commit of the epoch references.
+
+    The table handle is kept between epochs and advanced incrementally (``update_incremental``),
+    so per-epoch cost does not grow with table history; delta-rs writes log checkpoints at the
+    table's checkpoint interval.
+    """
+
+    def __init__(
+        self,
+        location: TableLocation,
+        *,
+        partition_by: Sequence[str],
+        schema: pa.Schema,
+        schema_mode: SchemaMode,
+        commit_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
+        backoff_seconds: float = 0.2,
+    ) -> None:
+        self._location = location
+        self._partition_by = list(partition_by)
+        self._input_schema = schema
+        self._schema_mode = schema_mode
+        self._commit_attempts = commit_attempts
+        self._backoff_seconds = backoff_seconds
+        self._table: DeltaTable | None = None
+        self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
+
+    # -- table handle ---------------------------------------------------------------------
+
+    def table(self) -> DeltaTable:
+        """The table handle, advanced to the latest version."""
+        if self._table is None:
+            self._table = DeltaTable(
+                self._location.uri, storage_options=self._location.delta_storage_options()
+            )
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def last_committed_epoch(self, app_id: str) -> int | None:
+        """The newest epoch id the table records for ``app_id``, or ``None``."""
+        return self.table().transaction_version(app_id)
+
+    # -- GlobalCommitter ------------------------------------------------------------------
+
+    def is_committed(self, epoch: Epoch) -> bool:
+        table = self.table()
+        last = table.transaction_version(epoch.app_id)
+        if last is None or last < epoch.epoch_id:
+            return False
+        record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
+        self._check_same_writer(epoch, record or newest)
+        return True
+
+    def _check_same_writer(self, epoch: Epoch, record: CommitRecord | None) -> None:
+        if record is None or record.writer_identity in (None, epoch.writer_identity):
+            return
+        raise ConcurrentWriterError(
+            f"app id {epoch.app_id!r} is used by two writers: batch {epoch.epoch_id} (or a later "
+            f"one) was committed at table version {record.version} by writer "
+            f"{record.writer_identity!r}, not by this one ({epoch.writer_identity!r}). Skipping "
+            "it would lose this writer's rows; give each query its own app_id, or stop the "
+            "other query."
+        )
+
+    def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:
+        return DeltaCommittable(
+            epoch=epoch, files=tuple(sorted(committables, key=lambda f: f.path))
+        )
+
+    def commit(self, global_committables: list[DeltaCommittable]) -> list[DeltaCommittable]:
+        for committable in global_committables:
+            self._commit_one(committable)
+        return []
+
+    def _commit_one(self, committable: DeltaCommittable) -> None:
+        epoch = committable.epoch
+        last_error: BaseException | None = None
+        for attempt in range(self._commit_attempts):
+            if attempt:
+                time.sleep(self._backoff(attempt))
+            try:
+                table = self.table()
+            except (DeltaError, OSError) as err:  # cannot even read the table: try again
+                last_error = err
+                continue
+            last = table.transaction_version(epoch.app_id)
+            if last is not None and last >= epoch.epoch_id:
+                self._reconcile(table, epoch)
+                return
+            try:
+                table.create_write_transaction(
+                    [_add_action(f) for f in committable.files],
+                    mode="append",
+                    schema=merge_schemas(
+                        table_schema(table), self._input_schema, self._schema_mode
+                    ),
+                    partition_by=self._partition_by or None,
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
+                        custom_metadata={
+                            COMMIT_APP_ID: epoch.app_id,
+                            COMMIT_EPOCH_ID: str(epoch.epoch_id),
+                            COMMIT_WRITER: epoch.writer_identity,
+                            COMMIT_RUN_ID: epoch.run_id,
+                        },
+                    ),
+                    post_commithook_properties=PostCommitHookProperties(create_checkpoint=True),
+                )
+            except CommitFailedError as err:
+                # delta-rs already retried conflicts with other app ids; what is left is either a
+                # concurrent commit of the same app id (checked at the top of the next attempt)
+                # or exhausted retries under heavy contention.
+                last_error = CommitConflictError(
+                    f"commit of batch {epoch.epoch_id} conflicted: {err}"
+                )
+                last_error.__cause__ = err
+                continue
+            except (DeltaError, OSError) as err:
+                # The log entry may or may not have been written: reconcile through the txn.
+                log.warning("commit of batch %s failed, reconciling: %s", epoch.epoch_id, err)
+                last_error = err
+                continue
+            self._committed_paths[_key(epoch)] = {f.path for f in committable.files}
+            return
+        if isinstance(last_error, CommitConflictError):
+            raise last_error
+        raise CommitStateUnknownError(
+            f"could not commit batch {epoch.epoch_id} of app id {epoch.app_id!r} to "
+            f"{self._location.uri} after {self._commit_attempts} attempts, and the table does not "
+            "show it committed. It is safe to restart the query: the batch is replayed and "
+            "committed once."
+        ) from last_error
+
+    def _reconcile(self, table: DeltaTable, epoch: Epoch) -> None:
+        """The txn shows the epoch committed: by us (an earlier attempt whose answer was lost),
+        by an earlier run of this writer, or by another writer (an error)."""
+        record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
+        self._check_same_writer(epoch, record or newest)
+        if record is not None and record.run_id == epoch.run_id:
+            self._committed_paths[_key(epoch)] = added_paths(self._location, record.version)
+        log.info("batch %s of %r is already in the table", epoch.epoch_id, epoch.app_id)
+
+    def _backoff(self, attempt: int) -> float:
+        cap = self._backoff_seconds * (2 ** min(attempt, 6))
+        return random.uniform(cap / 2, cap)
+
+    # -- staged files ---------------------------------------------------------------------
+
+    def _committed_files(self, epoch: Epoch) -> set[str] | None:
+        """Files the table's commit of ``epoch`` references; empty if not committed; ``None``
+        when the epoch is committed but its commit cannot be found (then nothing is deleted)."""
+        known = self._committed_paths.get(_key(epoch))
+        if known is not None:
+            return known
+        table = self.table()
+        last = table.transaction_version(epoch.app_id)
+        if last is None or last < epoch.epoch_id:
+            return set()
+        record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
+        if record is None:
+            return None
+        return added_paths(self._location, record.version)
+
+    def clean_up(self, epoch: Epoch) -> None:
+        """Delete the epoch's staged files that no commit references, then its manifests."""
+        manifests, staged = read_manifests(self._location, epoch)
+        if not manifests:
+            self._committed_paths.pop(_key(epoch), None)
+            return
+        committed = self._committed_files(epoch)
+        if committed is None:
+            log.warning(
+                "batch %s is committed but its commit is not in recent history; leaving its "
+                "staged files for remove_orphan_files()",
+                epoch.epoch_id,
+            )
+            return
+        fs = self._location.filesystem()
+        for relative in sorted(staged - committed):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(self._location.path(relative))
+        fs.rm(self._location.path(epoch_staging_dir(epoch)), recursive=True)
+        self._committed_paths.pop(_key(epoch), None)
+        _remove_empty_parents(self._location, epoch_staging_dir(epoch))
+
+    def abort(self, epoch: Epoch) -> None:
+        """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
+        self.clean_up(epoch)
+
+
+def _key(epoch: Epoch) -> tuple[str, str, int]:
+    return (epoch.app_id, epoch.writer_identity, epoch.epoch_id)
+
+
+def _add_action(staged: StagedFile) -> AddAction:
+    return AddAction(
+        path=staged.path,
+        size=staged.size,
+        partition_values=dict(staged.partition_values),
+        modification_time=staged.modification_time,
+        data_change=True,
+        stats=staged.stats,
+    )
+
+
+def _remove_empty_parents(location: TableLocation, relative: str) -> None:
+    """Tidy empty staging directories on file systems that have real directories."""
+    if not location.is_local:
+        return
+    fs = location.filesystem()
+    parts = relative.split("/")
+    while len(parts) > 1:
+        parts.pop()
+        path = location.path("/".join(parts))
+        try:
+            if fs.ls(path, detail=False) or "/".join(parts) == STAGING_DIR:
+                return
+            fs.rmdir(path)
+        except OSError:
+            return

@@ -1,0 +1,53 @@
+"""Validated, immutable options of the Delta sink."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from framework.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_COMPRESSION",
+    "DEFAULT_MAX_OPEN_FILES",
+    "DEFAULT_ROW_GROUP_BYTES",
+    "DEFAULT_ROW_GROUP_ROWS",
+    "DEFAULT_TARGET_FILE_SIZE",
+    "WriterOptions",
+]
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+DEFAULT_ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered before a row group is written
+DEFAULT_ROW_GROUP_ROWS = 1024 * 1024
+DEFAULT_MAX_OPEN_FILES = 32
+DEFAULT_COMPRESSION = "snappy"
+_COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "brotli", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriterOptions:
+    """How staged Parquet files are shaped.
+
+    Attributes:
+        target_file_size: a file is closed once it reaches this many bytes.
+        row_group_bytes: in-memory Arrow bytes buffered per file before a row group is written.
+        row_group_rows: rows buffered per file before a row group is written.
+        max_open_files: files open at once per task (one per partition seen); past it the
+            fullest is finished, which bounds memory for high-cardinality partitioning.
+        compression: Parquet codec.
+    """
+
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE
+    row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
+    max_open_files: int = DEFAULT_MAX_OPEN_FILES
+    compression: str = DEFAULT_COMPRESSION
+
+    def __post_init__(self) -> None:
+        for name in ("target_file_size", "row_group_bytes", "row_group_rows", "max_open_files"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
+        if self.compression not in _COMPRESSIONS:
+            raise ConfigurationError(
+                f"compression must be one of {', '.join(_COMPRESSIONS)}, got {self.compression!r}"
+            )

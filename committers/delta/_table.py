@@ -1,0 +1,261 @@
+"""Opening, creating and inspecting the Delta table through delta-rs, with clear errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from committers.delta._schema import normalize_schema
+from committers.delta._staging import STAGING_DIR
+from committers.delta._storage import TableLocation
+from framework.errors import (
+    ConfigurationError,
+    LocationNotWritableError,
+    NotATableError,
+    SchemaMismatchError,
+)
+
+__all__ = [
+    "COMMIT_APP_ID",
+    "COMMIT_EPOCH_ID",
+    "COMMIT_RUN_ID",
+    "COMMIT_WRITER",
+    "CommitRecord",
+    "added_paths",
+    "find_commit",
+    "open_or_create",
+    "remove_orphan_files",
+    "table_schema",
+]
+
+log = logging.getLogger("committers.delta")
+
+# Keys of our entries in each commit's commitInfo. Never put credentials here.
+COMMIT_APP_ID = "sink.appId"
+COMMIT_EPOCH_ID = "sink.epochId"
+COMMIT_WRITER = "sink.writerIdentity"
+COMMIT_RUN_ID = "sink.runId"
+
+_HISTORY_WINDOWS = (64, 4096)  # how far back to look for an epoch's commit (recovery only)
+
+
+def table_schema(table: DeltaTable) -> pa.Schema:
+    return pa.schema(table.schema().to_arrow())
+
+
+def _is_empty_or_missing(location: TableLocation) -> bool:
+    fs = location.filesystem()
+    root = location.path()
+    try:
+        entries = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return True
+    ignorable = {STAGING_DIR, "_delta_log"}
+    return all(entry.rstrip("/").rsplit("/", 1)[-1] in ignorable for entry in entries)
+
+
+def open_or_create(
+    location: TableLocation,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    configuration: Mapping[str, str] | None = None,
+) -> DeltaTable:
+    """Open the table at ``location`` or create it, empty, with ``schema`` and ``partition_by``.
+
+    Creation happens once, from the driver, before any data commit. If another process created
+    the table in the meantime, the existing table is opened and validated instead.
+
+    Raises:
+        NotATableError: the location holds files but no Delta log.
+        LocationNotWritableError: the location cannot be created or written.
+        SchemaMismatchError: the existing table is partitioned differently.
+    """
+    uri, options = location.uri, location.delta_storage_options()
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
+        if not _is_empty_or_missing(location):
+            raise NotATableError(
+                f"{location.uri} holds files but is not a Delta table (no _delta_log). "
+                "Point table_uri at an existing Delta table, an empty directory or a new path."
+            )
+        try:
+            location.filesystem().makedirs(location.path(), exist_ok=True)
+            DeltaTable.create(
+                uri,
+                schema=normalize_schema(schema),
+                mode="error",
+                partition_by=list(partition_by) or None,
+                storage_options=options,
+                configuration=dict(configuration or {}) or None,
+            )
+        except PermissionError as err:
+            raise _not_writable(location, err) from err
+        except Exception as err:  # delta-rs reports I/O failures as its own errors
+            if not DeltaTable.is_deltatable(uri, storage_options=options):
+                raise _not_writable(location, err) from err
+            log.info("table %s was created concurrently; using it", location.uri)
+    table = DeltaTable(uri, storage_options=options)
+    existing = list(table.metadata().partition_columns)
+    if list(partition_by) != existing:
+        raise SchemaMismatchError(
+            f"table {location.uri} is partitioned by {existing or 'nothing'}, but the sink was "
+            f"configured with partition_by={list(partition_by)}. Use the table's partitioning."
+        )
+    return table
+
+
+def _not_writable(location: TableLocation, err: BaseException) -> LocationNotWritableError:
+    return LocationNotWritableError(
+        f"cannot create a Delta table at {location.uri}: {err}. Check that the path exists or "
+        "can be created and that this process has write permission there."
+    )
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """Our metadata of one commit, as found in the table history."""
+
+    version: int
+    epoch_id: int | None
+    writer_identity: str | None
+    run_id: str | None
+
+
+def find_commit(
+    table: DeltaTable, app_id: str, epoch_id: int
+) -> tuple[CommitRecord | None, CommitRecord | None]:
+    """Search the history, newest first, for ``app_id``'s commits.
+
+    Returns ``(commit of epoch_id or None, newest commit of app_id or None)``. Only the most
+    recent commits are searched (recovery paths only need those).
+    """
+    newest: CommitRecord | None = None
+    for window in _HISTORY_WINDOWS:
+        for info in table.history(limit=window):
+            if info.get(COMMIT_APP_ID) != app_id:
+                continue
+            record = CommitRecord(
+                version=int(info["version"]),
+                epoch_id=int(info[COMMIT_EPOCH_ID]) if COMMIT_EPOCH_ID in info else None,
+                writer_identity=info.get(COMMIT_WRITER),
+                run_id=info.get(COMMIT_RUN_ID),
+            )
+            newest = newest or record
+            if record.epoch_id == epoch_id:
+                return record, newest
+        if table.version() < window:
+            break
+    return None, newest
+
+
+def _relative(path: str, location: TableLocation) -> str:
+    path = unquote(path)
+    root = location.uri.rstrip("/") + "/"
+    for prefix in (root, "file://" + root):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return path
+
+
+def added_paths(location: TableLocation, version: int) -> set[str]:
+    """Paths (relative, decoded) of the files added by commit ``version``."""
+    fs = location.filesystem()
+    with fs.open(location.path(f"_delta_log/{version:020d}.json"), "rb") as src:
+        lines = src.read().decode().splitlines()
+    paths = set()
+    for line in lines:
+        action = json.loads(line) if line.strip() else {}
+        if "add" in action:
+            paths.add(_relative(action["add"]["path"], location))
+    return paths
+
+
+def _referenced_paths(location: TableLocation) -> set[str]:
+    """Every file any reconstructable version (or tombstone) of the table mentions."""
+    fs = location.filesystem()
+    log_dir = location.path("_delta_log")
+    referenced: set[str] = set()
+    for entry in fs.ls(log_dir, detail=False):
+        name = entry.rsplit("/", 1)[-1]
+        if name.endswith(".json") and name[:20].isdigit():
+            with fs.open(entry, "rb") as src:
+                for line in src.read().decode().splitlines():
+                    action: dict[str, Any] = json.loads(line) if line.strip() else {}
+                    for kind in ("add", "remove"):
+                        if kind in action:
+                            referenced.add(_relative(action[kind]["path"], location))
+        elif ".checkpoint" in name and name.endswith(".parquet"):
+            with fs.open(entry, "rb") as src:
+                checkpoint = pq.read_table(src, columns=["add", "remove"])
+            for kind in ("add", "remove"):
+                for item in checkpoint.column(kind).to_pylist():
+                    if item and item.get("path"):
+                        referenced.add(_relative(item["path"], location))
+    return referenced
+
+
+MIN_ORPHAN_RETENTION_SECONDS = 3600.0
+
+
+def remove_orphan_files(
+    location: TableLocation,
+    *,
+    retention_seconds: float,
+    dry_run: bool = False,
+    unsafe_allow_short_retention: bool = False,
+) -> list[str]:
+    """Delete files under the table root that no table version references and that are older
+    than ``retention_seconds``; return their relative paths.
+
+    Considered: data files outside ``_delta_log`` and our staging manifests. Never deleted: any
+    file named by a commit or checkpoint still in the log (added or tombstoned), the log itself,
+    and anything younger than the retention (it may belong to a batch still being written).
+
+    Raises:
+        ConfigurationError: retention shorter than an hour without the explicit override; a short
+            retention can delete files a running writer has staged but not committed yet.
+    """
+    if retention_seconds < MIN_ORPHAN_RETENTION_SECONDS and not unsafe_allow_short_retention:
+        raise ConfigurationError(
+            f"retention of {retention_seconds:.0f}s is shorter than "
+            f"{MIN_ORPHAN_RETENTION_SECONDS:.0f}s: files a running writer staged but has not "
+            "committed yet could be deleted. Use a longer retention, or pass "
+            "unsafe_allow_short_retention=True when no writer is running."
+        )
+    fs = location.filesystem()
+    root = location.path().rstrip("/")
+    referenced = _referenced_paths(location)
+    cutoff = time.time() - retention_seconds
+    removed: list[str] = []
+    for full, info in fs.find(root, detail=True).items():
+        relative = full[len(root) + 1 :] if full.startswith(root + "/") else full
+        top = relative.split("/", 1)[0]
+        if top == "_delta_log" or (top.startswith((".", "_")) and top != STAGING_DIR):
+            continue
+        if relative in referenced:
+            continue
+        if _mtime(info) > cutoff:
+            continue
+        removed.append(relative)
+        if not dry_run:
+            fs.rm(full)
+    return sorted(removed)
+
+
+def _mtime(info: Mapping[str, Any]) -> float:
+    for key in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        return float(value)
+    return time.time()  # unknown age: treat as new, never delete

@@ -1,0 +1,269 @@
+"""The task side of the Delta sink: Arrow batches in, large Parquet files out, one committable
+per file.
+
+Batches are grouped by partition, buffered into large row groups (small row groups cost up to
+40% more bytes and slower scans) and rolled into a new file once a file reaches its target size.
+Every file is listed in this attempt's staging manifest *before* it is created, so that whatever
+happens to the task, the driver can find and delete files that do not get committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from committers.delta._committable import StagedFile
+from committers.delta._options import WriterOptions
+from committers.delta._schema import partition_dir, serialize_partition_value
+from committers.delta._staging import manifest_path, write_manifest
+from committers.delta._stats import delta_stats
+from committers.delta._storage import TableLocation
+from framework.errors import NullConstraintError, SchemaMismatchError, StagingError
+from framework.sink import SinkWriter, WriterContext
+
+__all__ = ["DeltaStagingWriter"]
+
+
+@dataclass
+class _OpenFile:
+    """One Parquet file being written, plus the rows buffered for its next row group."""
+
+    relative_path: str
+    partition_values: dict[str, str | None]
+    stream: Any
+    writer: pq.ParquetWriter
+    pending: list[pa.RecordBatch] = field(default_factory=list)
+    pending_rows: int = 0
+    pending_bytes: int = 0
+    written_rows: int = 0
+
+
+class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
+    """Stages one task attempt's rows as Parquet files under the table root.
+
+    Guarantees: every file this writer may have created is named in its manifest before it
+    exists; a file is reported (as a :class:`StagedFile`) only after it is completely written
+    and closed. On failure nothing is reported and :meth:`abort` deletes what was written.
+
+    Raises (from :meth:`write`): ``NullConstraintError`` for a null in a non-nullable column,
+    ``SchemaMismatchError`` when a batch does not have the expected columns, ``StagingError``
+    when the storage write fails.
+    """
+
+    def __init__(
+        self,
+        context: WriterContext,
+        location: TableLocation,
+        table_schema: pa.Schema,
+        partition_by: Sequence[str],
+        options: WriterOptions,
+    ) -> None:
+        self._context = context
+        self._location = location
+        self._fs = location.filesystem()
+        self._table_schema = table_schema
+        self._partition_by = list(partition_by)
+        # Files declare every column optional (as Spark's writer does); NOT NULL is enforced
+        # on the values in _conform and recorded in the table schema.
+        self._data_schema = pa.schema(
+            [f.with_nullable(True) for f in table_schema if f.name not in partition_by]
+        )
+        self._non_nullable = [f.name for f in table_schema if not f.nullable]
+        self._options = options
+        self._manifest = manifest_path(context.epoch, context.partition_id, context.attempt_number)
+        self._created: list[str] = []
+        self._open: dict[tuple[Any, ...], _OpenFile] = {}
+        self._finished: list[StagedFile] = []
+        self._made_dirs: set[str] = set()
+
+    # -- input ---------------------------------------------------------------------------
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        batch = self._conform(batch)
+        if not self._partition_by:
+            self._append((), {}, batch)
+            return
+        for key, values, part in self._split_by_partition(batch):
+            self._append(key, values, part.drop_columns(self._partition_by))
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Select the table's columns in table order, cast to table types, check nulls."""
+        names = set(batch.schema.names)
+        wanted = [f.name for f in self._table_schema if f.name in names]
+        if len(wanted) != len(names):
+            extra = sorted(names - set(wanted))
+            raise SchemaMismatchError(f"input has columns not in the table schema: {extra}")
+        target = pa.schema([self._table_schema.field(n).with_nullable(True) for n in wanted])
+        try:
+            batch = batch.select(wanted).cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            raise SchemaMismatchError(f"input does not convert to the table schema: {err}") from err
+        for name in self._non_nullable:
+            if name in names and batch.column(name).null_count:
+                raise NullConstraintError(
+                    f"column {name!r} is non-nullable in the table but the input holds "
+                    f"{batch.column(name).null_count} null value(s). Filter or fill the nulls "
+                    "before writing (e.g. df.na.drop(subset=[...]) or coalesce())."
+                )
+        return batch
+
+    def _split_by_partition(
+        self, batch: pa.RecordBatch
+    ) -> list[tuple[tuple[Any, ...], dict[str, str | None], pa.RecordBatch]]:
+        """Group rows by partition values with one sort (no per-key scans)."""
+        codes = np.zeros(batch.num_rows, dtype=np.int64)
+        for name in self._partition_by:
+            encoded = pc.dictionary_encode(batch.column(name), null_encoding="encode")
+            indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            codes = codes * max(len(encoded.dictionary), 1) + indices
+        if codes.size and (codes == codes[0]).all():
+            order: np.ndarray | None = None
+            bounds = [0, batch.num_rows]
+        else:
+            order = np.argsort(codes, kind="stable")
+            sorted_codes = codes[order]
+            bounds = [0, *(np.flatnonzero(np.diff(sorted_codes)) + 1).tolist(), batch.num_rows]
+        result = []
+        for start, end in itertools.pairwise(bounds):
+            part = (
+                batch.slice(start, end - start) if order is None else batch.take(order[start:end])
+            )
+            raw = {name: part.column(name)[0].as_py() for name in self._partition_by}
+            values = {name: serialize_partition_value(v) for name, v in raw.items()}
+            result.append((tuple(values.values()), values, part))
+        return result
+
+    # -- buffering and files ------------------------------------------------------------------
+
+    def _append(
+        self, key: tuple[Any, ...], values: dict[str, str | None], batch: pa.RecordBatch
+    ) -> None:
+        current = self._open.get(key) or self._open_file(key, values)
+        current.pending.append(batch)
+        current.pending_rows += batch.num_rows
+        current.pending_bytes += batch.nbytes
+        if (
+            current.pending_bytes >= self._options.row_group_bytes
+            or current.pending_rows >= self._options.row_group_rows
+        ):
+            self._flush_row_group(current)
+            if current.stream.tell() >= self._options.target_file_size:
+                self._finish(key)
+
+    def _open_file(self, key: tuple[Any, ...], values: dict[str, str | None]) -> _OpenFile:
+        if len(self._open) >= self._options.max_open_files:
+            # Too many partitions at once: finish the fullest file to bound memory.
+            fullest = max(self._open, key=lambda k: self._open[k].pending_bytes)
+            self._finish(fullest)
+        directory = partition_dir(self._partition_by, values) if self._partition_by else ""
+        name = (
+            f"part-{self._context.partition_id:05d}-{uuid.uuid4()}"
+            f".{self._options.compression}.parquet"
+        )
+        relative = f"{directory}/{name}" if directory else name
+        self._created.append(relative)
+        try:
+            # The manifest names the file before the file exists: no file can escape cleanup.
+            write_manifest(self._location, self._manifest, self._created)
+            full = self._location.path(relative)
+            parent = full.rsplit("/", 1)[0]
+            if parent not in self._made_dirs:
+                self._fs.makedirs(parent, exist_ok=True)
+                self._made_dirs.add(parent)
+            stream = self._fs.open(full, "wb")
+            writer = pq.ParquetWriter(
+                stream,
+                self._data_schema,
+                compression=self._options.compression,
+                use_deprecated_int96_timestamps=False,
+                write_statistics=True,
+            )
+        except OSError as err:
+            raise StagingError(f"cannot create staged file {relative!r}: {err}") from err
+        opened = _OpenFile(relative, values, stream, writer)
+        self._open[key] = opened
+        return opened
+
+    def _flush_row_group(self, current: _OpenFile) -> None:
+        if not current.pending_rows:
+            return
+        table = pa.Table.from_batches(current.pending, schema=current.pending[0].schema)
+        try:
+            if table.schema.names != self._data_schema.names:  # merge mode: columns absent
+                table = _fill_missing(table, self._data_schema)
+            current.writer.write_table(table, row_group_size=table.num_rows)
+        except OSError as err:
+            raise StagingError(f"writing {current.relative_path!r} failed: {err}") from err
+        current.written_rows += table.num_rows
+        current.pending, current.pending_rows, current.pending_bytes = [], 0, 0
+
+    def _finish(self, key: tuple[Any, ...]) -> None:
+        current = self._open.pop(key)
+        self._flush_row_group(current)
+        try:
+            current.writer.close()
+            size = current.stream.tell()
+            current.stream.close()
+        except OSError as err:
+            raise StagingError(f"closing {current.relative_path!r} failed: {err}") from err
+        metadata = current.writer.writer.metadata
+        self._finished.append(
+            StagedFile(
+                path=current.relative_path,
+                size=size,
+                partition_values=current.partition_values,
+                num_records=metadata.num_rows,
+                stats=delta_stats(metadata, self._data_schema),
+                modification_time=int(time.time() * 1000),
+                task_attempt_id=self._context.task_attempt_id,
+            )
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def prepare_commit(self, flush: bool) -> list[StagedFile]:
+        if flush:
+            for key in list(self._open):
+                self._finish(key)
+        finished, self._finished = self._finished, []
+        return finished
+
+    def abort(self) -> None:
+        for current in self._open.values():
+            for closer in (current.writer.close, current.stream.close):
+                try:
+                    closer()
+                except Exception:
+                    pass
+        self._open.clear()
+        leftovers = False
+        for relative in self._created:
+            try:
+                self._fs.rm(self._location.path(relative))
+            except FileNotFoundError:
+                pass
+            except OSError:
+                leftovers = True  # keep the manifest: the driver's cleanup finds the file
+        if not leftovers:
+            with contextlib.suppress(OSError):
+                self._fs.rm(self._location.path(self._manifest))
+
+
+def _fill_missing(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    columns = [
+        table.column(f.name) if f.name in table.schema.names else pa.nulls(len(table), f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -1,0 +1,27 @@
+"""Unified sink API: writers, committables, committers, global committers, serializers."""
+
+from framework.sink._api import (
+    Committer,
+    Epoch,
+    GlobalCommitter,
+    Sink,
+    SinkWriter,
+    WriterContext,
+)
+from framework.sink._serializers import (
+    VersionedSerializer,
+    deserialize_versioned,
+    serialize_versioned,
+)
+
+__all__ = [
+    "Committer",
+    "Epoch",
+    "GlobalCommitter",
+    "Sink",
+    "SinkWriter",
+    "VersionedSerializer",
+    "WriterContext",
+    "deserialize_versioned",
+    "serialize_versioned",
+]

@@ -1,0 +1,189 @@
+"""The unified sink API (after Flink's FLIP-143), independent of any engine.
+
+A :class:`Sink` is a factory. Its :class:`SinkWriter` runs in parallel tasks and turns input
+batches into *committables* (descriptions of staged data); a :class:`GlobalCommitter` runs once,
+on the coordinator, combines the committables of one epoch and commits them atomically.
+
+Guarantees by shape:
+
+* writer returns committables + global committer present -> exactly-once, provided the global
+  committer's :meth:`GlobalCommitter.is_committed` is answered from the destination itself;
+* writer returns no committables and flushes everything in ``prepare_commit(flush=True)``
+  -> at-least-once (the epoch boundary is the checkpoint).
+
+The engine guarantees the rest: it calls ``is_committed`` before staging an epoch, only hands the
+committables of successful task attempts to ``combine``, calls ``abort`` for an epoch it gives up
+on, and ``clean_up`` once an epoch is committed or skipped.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from framework.sink._serializers import VersionedSerializer
+
+InputT = TypeVar("InputT")
+CommT = TypeVar("CommT")
+GlobalCommT = TypeVar("GlobalCommT")
+
+__all__ = [
+    "Committer",
+    "Epoch",
+    "GlobalCommitter",
+    "Sink",
+    "SinkWriter",
+    "WriterContext",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Epoch:
+    """One unit of atomic commit: a streaming micro-batch or a whole bounded job.
+
+    Attributes:
+        app_id: stable identity of the writing application; the destination records
+            ``(app_id, epoch_id)`` with every commit.
+        epoch_id: increases monotonically per ``app_id``; a replay reuses the same id.
+        writer_identity: identity of the writing instance that is stable across its restarts
+            (e.g. the streaming query id stored in the checkpoint). Two instances that share an
+            ``app_id`` differ here, which lets a committer tell a replay from a second writer.
+        run_id: unique per attempt of the coordinator to process this epoch; staged data is
+            tagged with it so that leftovers of earlier attempts can be recognised.
+    """
+
+    app_id: str
+    epoch_id: int
+    writer_identity: str
+    run_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriterContext:
+    """Where a writer runs: which epoch, which task, which attempt of that task."""
+
+    epoch: Epoch
+    partition_id: int
+    attempt_number: int
+    task_attempt_id: int
+
+
+class SinkWriter(ABC, Generic[InputT, CommT]):
+    """Writes the input of one task. Runs on an executor; never shared between tasks."""
+
+    @abstractmethod
+    def write(self, batch: InputT) -> None:
+        """Accept one batch of input. May block for back-pressure."""
+
+    @abstractmethod
+    def prepare_commit(self, flush: bool) -> list[CommT]:
+        """Finish what is in progress and return committables for it.
+
+        With ``flush=True`` (end of the epoch or of the input) everything accepted so far must be
+        durably staged (exactly-once sinks) or delivered (at-least-once sinks) on return.
+        """
+
+    def snapshot_state(self) -> list[Any]:
+        """State to restore this writer from after a failure (FLIP-143). None by default."""
+        return []
+
+    def abort(self) -> None:
+        """Called instead of ``prepare_commit`` when the task fails: best-effort removal of what
+        this writer staged. Correctness must not depend on it (a killed task never gets here)."""
+
+    def close(self) -> None:
+        """Release resources. Always called last."""
+
+
+class Committer(ABC, Generic[CommT]):
+    """Commits committables individually (FLIP-143), on the coordinator, after collection."""
+
+    @abstractmethod
+    def commit(self, committables: list[CommT]) -> list[CommT]:
+        """Commit; return the committables that must be retried (empty when all succeeded)."""
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class GlobalCommitter(ABC, Generic[CommT, GlobalCommT]):
+    """Combines all committables of an epoch and commits them as one transaction.
+
+    Runs once per job, on the coordinator (the Spark driver). Implementations must be
+    idempotent per epoch: committing an epoch the destination already holds must not add data.
+    """
+
+    def filter_recovered_committables(
+        self, global_committables: list[GlobalCommT]
+    ) -> list[GlobalCommT]:
+        """Return the recovered global committables that still need committing (FLIP-143)."""
+        return global_committables
+
+    def last_committed_epoch(self, app_id: str) -> int | None:
+        """The newest epoch id the destination records for ``app_id``; ``None`` if none or
+        unknown. Engines use it to number bounded jobs and to detect a reset checkpoint."""
+        return None
+
+    @abstractmethod
+    def is_committed(self, epoch: Epoch) -> bool:
+        """Whether the destination already holds a commit for ``epoch`` (a replay).
+
+        Raises:
+            ConcurrentWriterError: the epoch was committed by another instance sharing the
+                app id, so skipping it would lose this instance's data.
+        """
+
+    @abstractmethod
+    def combine(self, epoch: Epoch, committables: list[CommT]) -> GlobalCommT:
+        """Combine the committables of the successful task attempts of one epoch."""
+
+    @abstractmethod
+    def commit(self, global_committables: list[GlobalCommT]) -> list[GlobalCommT]:
+        """Commit; return those to retry. Raises a ``CommitError`` subclass on failure."""
+
+    def abort(self, epoch: Epoch) -> None:
+        """Discard what was staged for ``epoch`` and not committed. Never touches committed data."""
+
+    def clean_up(self, epoch: Epoch) -> None:
+        """After ``epoch`` is committed or skipped as a replay: remove staged leftovers."""
+
+    def end_of_input(self) -> None:
+        """Bounded input is exhausted; the final epoch has been committed."""
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class Sink(ABC, Generic[InputT, CommT, GlobalCommT]):
+    """Factory for the parts of a sink. Must pickle: it is shipped to every task.
+
+    Attributes:
+        app_id: the configured application identity, or ``None`` to let the engine derive a
+            stable one (e.g. from the streaming query).
+    """
+
+    app_id: str | None = None
+
+    @abstractmethod
+    def create_writer(self, context: WriterContext) -> SinkWriter[InputT, CommT]:
+        """Create the writer of one task attempt."""
+
+    def prepare(self, input_schema: Any) -> None:
+        """Called once on the coordinator before any task runs, with the input schema.
+
+        Validates the input against the destination and creates the destination if needed.
+        Raises an ``InputError`` or ``DestinationError`` subclass when writing cannot succeed.
+        """
+
+    def create_committer(self) -> Committer[CommT] | None:
+        """The per-committable committer, or ``None``."""
+        return None
+
+    def create_global_committer(self) -> GlobalCommitter[CommT, GlobalCommT] | None:
+        """The global committer, or ``None`` for sinks without a commit step."""
+        return None
+
+    def committable_serializer(self) -> VersionedSerializer[CommT] | None:
+        """How committables travel from tasks to the coordinator; required with committers."""
+        return None

@@ -1,0 +1,56 @@
+"""What the sink reads from and keeps in a streaming checkpoint directory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import fsspec
+
+__all__ = ["CheckpointInfo", "read_checkpoint", "save_epoch_offset"]
+
+_SINK_STATE = "two_phase_sink.json"
+
+
+def _fs_and_path(checkpoint_location: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    url = checkpoint_location.replace("s3a://", "s3://", 1)
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path.rstrip("/")
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """Attributes:
+    fresh: Spark has not started a query from this checkpoint yet.
+    query_id: the query id Spark stored (stable across restarts), if any.
+    epoch_offset: added to Spark batch ids to form epoch ids; non-zero only after a reset
+        checkpoint was explicitly continued.
+    """
+
+    fresh: bool
+    query_id: str | None
+    epoch_offset: int | None
+
+
+def read_checkpoint(checkpoint_location: str) -> CheckpointInfo:
+    fs, root = _fs_and_path(checkpoint_location)
+    query_id = None
+    try:
+        with fs.open(f"{root}/metadata", "rb") as src:
+            query_id = json.loads(src.read().decode().splitlines()[0])["id"]
+    except FileNotFoundError:
+        pass
+    offset = None
+    try:
+        with fs.open(f"{root}/{_SINK_STATE}", "rb") as src:
+            offset = int(json.loads(src.read())["epoch_offset"])
+    except FileNotFoundError:
+        pass
+    return CheckpointInfo(fresh=query_id is None, query_id=query_id, epoch_offset=offset)
+
+
+def save_epoch_offset(checkpoint_location: str, app_id: str, offset: int) -> None:
+    fs, root = _fs_and_path(checkpoint_location)
+    fs.makedirs(root, exist_ok=True)
+    with fs.open(f"{root}/{_SINK_STATE}", "wb") as out:
+        out.write(json.dumps({"app_id": app_id, "epoch_offset": offset}).encode())

@@ -1,0 +1,32 @@
+"""Bring our own exceptions back from Spark tasks.
+
+An exception raised in a Python worker reaches the driver as a Py4J/PySpark exception whose text
+holds the worker's traceback. The last line naming one of our exception classes is turned back
+into that class, so ``except NullConstraintError`` works on the driver too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from framework import errors
+
+__all__ = ["translate_task_error"]
+
+_OUR_ERROR = re.compile(r"(?:^|\s)(?:[\w.]+\.)?(?P<name>[A-Z]\w*Error): (?P<message>.*)$", re.M)
+
+
+def translate_task_error(err: BaseException) -> BaseException:
+    """Return a ``SinkError`` subclass instance if ``err`` carries one, else ``err`` itself."""
+    if isinstance(err, errors.SinkError):
+        return err
+    found: BaseException | None = None
+    for match in _OUR_ERROR.finditer(str(err)):
+        cls = getattr(errors, match.group("name"), None)
+        if isinstance(cls, type) and issubclass(cls, errors.SinkError):
+            found = cls(f"{match.group('message').strip()} (raised in a Spark task)")
+            break  # the first one is the innermost raise in the worker traceback
+    if found is not None:
+        found.__cause__ = err
+        return found
+    return err

@@ -1,0 +1,56 @@
+"""Executor side: run one sink writer per Spark task inside ``mapInArrow``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from framework.sink import Epoch, Sink, WriterContext, serialize_versioned
+
+__all__ = ["COMMITTABLE_SCHEMA", "make_task_function"]
+
+COMMITTABLE_SCHEMA = "committable binary"
+_ARROW_SCHEMA = pa.schema([("committable", pa.binary())])
+
+
+def make_task_function(
+    sink: Sink[Any, Any, Any], epoch: Epoch
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function Spark ships to every task: write all batches, then emit committables.
+
+    Committables are emitted only after the writer has flushed everything, as one Arrow batch at
+    the end of the task, so a task that fails emits nothing and its attempt contributes nothing
+    to the commit. On failure the writer's ``abort`` runs (best effort) and the error propagates
+    so Spark retries the task.
+    """
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        context = WriterContext(
+            epoch=epoch,
+            partition_id=task.partitionId() if task else 0,
+            attempt_number=task.attemptNumber() if task else 0,
+            task_attempt_id=task.taskAttemptId() if task else 0,
+        )
+        writer = sink.create_writer(context)
+        try:
+            for batch in batches:
+                writer.write(batch)
+            committables = writer.prepare_commit(True)
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            writer.close()
+        serializer = sink.committable_serializer()
+        if serializer is None or not committables:
+            payload: list[bytes] = []
+        else:
+            payload = [serialize_versioned(serializer, c) for c in committables]
+        yield pa.RecordBatch.from_arrays([pa.array(payload, pa.binary())], schema=_ARROW_SCHEMA)
+
+    return run

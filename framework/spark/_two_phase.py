@@ -1,0 +1,340 @@
+"""TwoPhaseSink: runs any framework Sink on Spark, streaming (foreachBatch) or bounded."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any, Literal
+
+from framework.errors import (
+    CheckpointResetError,
+    CommitError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    UnsupportedTypeError,
+)
+from framework.sink import Epoch, GlobalCommitter, Sink, deserialize_versioned
+from framework.spark._checkpoint import read_checkpoint, save_epoch_offset
+from framework.spark._errors import translate_task_error
+from framework.spark._metrics import BatchMetrics
+from framework.spark._tasks import COMMITTABLE_SCHEMA, make_task_function
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["TwoPhaseSink"]
+
+log = logging.getLogger("framework.spark")
+
+OnCheckpointReset = Literal["error", "continue"]
+_BOUNDED_SUFFIX = ":write"
+_DEFAULT_BOUNDED_APP = "bounded"
+
+
+def _arrow_schema(df: DataFrame) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        # Instants are UTC whatever the session time zone; the sink stores UTC timestamps.
+        return to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=False)
+    except Exception as err:  # pyspark raises TypeError / its own errors for unsupported types
+        raise UnsupportedTypeError(
+            f"the DataFrame has a column type that cannot be written through Arrow: {err}. "
+            "Cast it to a supported type first."
+        ) from err
+
+
+class TwoPhaseSink:
+    """Runs a framework :class:`~framework.sink.Sink` on Spark.
+
+    * ``write_stream(df, ...)``: a streaming query whose every micro-batch is staged by the
+      sink's writers in Spark tasks and committed by its global committer on the driver as one
+      transaction keyed by ``(app_id, batch_id)``. A replayed batch that the destination already
+      holds is skipped before any data is staged.
+    * ``write(df)``: the same for a bounded DataFrame, committed once at the end.
+
+    For sinks without a global committer (at-least-once async sinks) each task flushes every
+    request before it ends, so a batch is delivered before Spark records it as done.
+
+    Args:
+        sink: the sink to run; it must pickle (it is shipped to every task).
+        on_checkpoint_reset: what to do when a fresh checkpoint writes with a configured app id
+            the destination already holds commits for. ``"error"`` (default) raises
+            ``CheckpointResetError``, since Spark restarts batch ids at 0 and every batch up to
+            the recorded one would be skipped as a replay. ``"continue"`` numbers this
+            checkpoint's batches after the recorded one (kept in the checkpoint).
+        commit_attempts: how often a global committer may ask for a retry of a commit.
+        metrics_history: how many :class:`BatchMetrics` to keep in :attr:`batches`.
+    """
+
+    def __init__(
+        self,
+        sink: Sink[Any, Any, Any],
+        *,
+        on_checkpoint_reset: OnCheckpointReset = "error",
+        commit_attempts: int = 3,
+        metrics_history: int = 1000,
+    ) -> None:
+        if not isinstance(sink, Sink):
+            raise ConfigurationError(
+                f"TwoPhaseSink needs a framework Sink, got {type(sink).__name__}"
+            )
+        if on_checkpoint_reset not in ("error", "continue"):
+            raise ConfigurationError(
+                f"on_checkpoint_reset must be 'error' or 'continue', got {on_checkpoint_reset!r}"
+            )
+        if commit_attempts < 1:
+            raise ConfigurationError(f"commit_attempts must be >= 1, got {commit_attempts}")
+        self.sink = sink
+        self.on_checkpoint_reset = on_checkpoint_reset
+        self.commit_attempts = commit_attempts
+        self._batches: deque[BatchMetrics] = deque(maxlen=metrics_history)
+        self._global_committer: GlobalCommitter[Any, Any] | None = None
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def batches(self) -> list[BatchMetrics]:
+        """Metrics of the most recent batches, oldest first."""
+        return list(self._batches)
+
+    @property
+    def last_batch(self) -> BatchMetrics | None:
+        return self._batches[-1] if self._batches else None
+
+    def write_stream(
+        self,
+        df: DataFrame,
+        *,
+        checkpoint_location: str,
+        trigger: dict[str, Any] | None = None,
+        query_name: str | None = None,
+    ) -> StreamingQuery:
+        """Start a streaming query that writes ``df`` exactly once; returns the query.
+
+        Args:
+            df: a streaming DataFrame.
+            checkpoint_location: Spark checkpoint directory of this query (required: it is what
+                makes batch ids, and therefore the sink's replay detection, stable).
+            trigger: keyword arguments for ``DataStreamWriter.trigger``, e.g.
+                ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
+            query_name: optional query name.
+
+        Raises:
+            CheckpointResetError: fresh checkpoint, app id already in the table (see class doc).
+            InputError, DestinationError: the input or the destination is unusable; raised here,
+                before the query starts.
+        """
+        if not getattr(df, "isStreaming", False):
+            raise ConfigurationError("write_stream needs a streaming DataFrame; use write(df)")
+        if not checkpoint_location:
+            raise ConfigurationError("checkpoint_location is required for exactly-once streaming")
+        committer = self._prepare(df)
+        offset = self._epoch_offset(committer, checkpoint_location)
+        runner = _StreamingBatchRunner(self, committer, checkpoint_location, offset)
+        writer = df.writeStream.foreachBatch(runner).option(
+            "checkpointLocation", checkpoint_location
+        )
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.start()
+
+    def write(self, df: DataFrame, *, epoch_id: int | None = None) -> BatchMetrics:
+        """Write a bounded DataFrame as one commit; returns its metrics.
+
+        Args:
+            df: a batch DataFrame.
+            epoch_id: optional id that makes the write idempotent: a second ``write`` with the
+                same ``epoch_id`` (and app id) is skipped if the first one committed. By default
+                each call is a new epoch after the last recorded one.
+
+        Raises:
+            InputError, DestinationError, CommitError: nothing is committed and every staged
+                file is removed, except for ``CommitStateUnknownError`` (the commit may have
+                landed; re-running with the same ``epoch_id`` reconciles it).
+        """
+        if getattr(df, "isStreaming", False):
+            raise ConfigurationError("write needs a bounded DataFrame; use write_stream(df, ...)")
+        committer = self._prepare(df)
+        app_id = (self.sink.app_id or _DEFAULT_BOUNDED_APP) + _BOUNDED_SUFFIX
+        if epoch_id is None:
+            last = committer.last_committed_epoch(app_id) if committer else None
+            epoch_id = 0 if last is None else last + 1
+            identity = f"write-{uuid.uuid4()}"
+        else:
+            identity = f"write-{app_id}-{epoch_id}"  # stable, so a re-run is a replay
+        epoch = Epoch(
+            app_id=app_id, epoch_id=epoch_id, writer_identity=identity, run_id=str(uuid.uuid4())
+        )
+        metrics = self._run_epoch(df, epoch, committer, batch_id=epoch_id)
+        if committer is not None:
+            committer.end_of_input()
+        return metrics
+
+    # -- driver-side protocol -------------------------------------------------------------
+
+    def _prepare(self, df: DataFrame) -> GlobalCommitter[Any, Any] | None:
+        self.sink.prepare(_arrow_schema(df))
+        committer = self.sink.create_global_committer()
+        if committer is not None and self.sink.committable_serializer() is None:
+            raise ConfigurationError(
+                f"{type(self.sink).__name__} has a global committer but no committable serializer"
+            )
+        self._global_committer = committer
+        return committer
+
+    def _epoch_offset(
+        self, committer: GlobalCommitter[Any, Any] | None, checkpoint_location: str
+    ) -> int:
+        checkpoint = read_checkpoint(checkpoint_location)
+        if checkpoint.epoch_offset is not None:
+            return checkpoint.epoch_offset
+        app_id = self.sink.app_id
+        if not checkpoint.fresh or app_id is None or committer is None:
+            return 0
+        last = committer.last_committed_epoch(app_id)
+        if last is None:
+            return 0
+        if self.on_checkpoint_reset == "error":
+            raise CheckpointResetError(
+                f"the checkpoint {checkpoint_location} is new, but the destination already holds "
+                f"batches up to {last} from app id {app_id!r}. Spark numbers batches of a new "
+                f"checkpoint from 0, so batches 0..{last} would all be skipped as replays and "
+                "their rows lost. Restore the original checkpoint, use a new app_id, or pass "
+                "on_checkpoint_reset='continue' to number this checkpoint's batches after "
+                f"{last}."
+            )
+        save_epoch_offset(checkpoint_location, app_id, last + 1)
+        log.warning("checkpoint reset for app id %r: batch ids continue at %d", app_id, last + 1)
+        return last + 1
+
+    def _stage(self, df: DataFrame, epoch: Epoch) -> list[Any]:
+        serializer = self.sink.committable_serializer()
+        rows = df.mapInArrow(make_task_function(self.sink, epoch), COMMITTABLE_SCHEMA).collect()
+        if serializer is None:
+            return []
+        return [deserialize_versioned(serializer, bytes(r.committable)) for r in rows]
+
+    def _run_epoch(
+        self,
+        df: DataFrame,
+        epoch: Epoch,
+        committer: GlobalCommitter[Any, Any] | None,
+        *,
+        batch_id: int,
+    ) -> BatchMetrics:
+        """Skip a replay, or stage and commit one epoch; clean up in every outcome."""
+        if committer is not None and committer.is_committed(epoch):
+            committer.clean_up(epoch)
+            return self._record(batch_id, epoch, "skipped", [], 0.0, 0.0)
+        started = time.perf_counter()
+        try:
+            try:
+                committables = self._stage(df, epoch)
+            except Exception as err:
+                raise translate_task_error(err) from None
+            staged = time.perf_counter()
+            if committer is None:
+                return self._record(batch_id, epoch, "delivered", [], staged - started, 0.0)
+            self._commit(committer, epoch, committables)
+        except CommitStateUnknownError:
+            raise  # leave staged files: the replay of this batch reconciles and cleans up
+        except BaseException:
+            if committer is not None:
+                try:
+                    committer.abort(epoch)
+                except Exception as cleanup_error:
+                    log.warning(
+                        "cleanup after failed batch %s failed: %s", epoch.epoch_id, cleanup_error
+                    )
+            raise
+        committed = time.perf_counter()
+        committer.clean_up(epoch)
+        return self._record(
+            batch_id, epoch, "committed", committables, staged - started, committed - staged
+        )
+
+    def _commit(
+        self, committer: GlobalCommitter[Any, Any], epoch: Epoch, committables: list[Any]
+    ) -> None:
+        per_committable = self.sink.create_committer()
+        if per_committable is not None:
+            pending = committables
+            for _ in range(self.commit_attempts):
+                pending = per_committable.commit(pending)
+                if not pending:
+                    break
+            else:
+                raise CommitError(f"committer left {len(pending)} committables uncommitted")
+        pending_global = committer.filter_recovered_committables(
+            [committer.combine(epoch, committables)]
+        )
+        for _ in range(self.commit_attempts):
+            pending_global = committer.commit(pending_global)
+            if not pending_global:
+                return
+        raise CommitError(
+            f"global committer asked to retry batch {epoch.epoch_id} {self.commit_attempts} times"
+        )
+
+    def _record(
+        self,
+        batch_id: int,
+        epoch: Epoch,
+        status: Literal["committed", "skipped", "delivered"],
+        committables: list[Any],
+        stage_seconds: float,
+        commit_seconds: float,
+    ) -> BatchMetrics:
+        metrics = BatchMetrics(
+            batch_id=batch_id,
+            epoch_id=epoch.epoch_id,
+            app_id=epoch.app_id,
+            status=status,
+            files=len(committables),
+            rows=sum(getattr(c, "num_records", 0) for c in committables),
+            bytes=sum(getattr(c, "size", 0) for c in committables),
+            stage_ms=stage_seconds * 1000,
+            commit_ms=commit_seconds * 1000,
+        )
+        self._batches.append(metrics)
+        log.info(metrics.log_line())
+        return metrics
+
+
+class _StreamingBatchRunner:
+    """The foreachBatch function: maps Spark batch ids to epochs of a stable writer identity."""
+
+    def __init__(
+        self,
+        owner: TwoPhaseSink,
+        committer: GlobalCommitter[Any, Any] | None,
+        checkpoint_location: str,
+        epoch_offset: int,
+    ) -> None:
+        self._owner = owner
+        self._committer = committer
+        self._checkpoint_location = checkpoint_location
+        self._epoch_offset = epoch_offset
+        self._query_id: str | None = None
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        if self._query_id is None:
+            # Spark wrote the checkpoint metadata before the first batch; its id survives
+            # restarts from this checkpoint and identifies this writer.
+            self._query_id = read_checkpoint(self._checkpoint_location).query_id or str(
+                uuid.uuid4()
+            )
+        app_id = self._owner.sink.app_id or f"query-{self._query_id}"
+        epoch = Epoch(
+            app_id=app_id,
+            epoch_id=self._epoch_offset + batch_id,
+            writer_identity=f"query-{self._query_id}",
+            run_id=str(uuid.uuid4()),
+        )
+        self._owner._run_epoch(df, epoch, self._committer, batch_id=batch_id)
