@@ -140,9 +140,10 @@ def serialize_partition_value(value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-        return value.isoformat(sep=" ", timespec="microseconds")
+        stamp: datetime.datetime = value
+        if stamp.tzinfo is not None:
+            stamp = stamp.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return stamp.isoformat(sep=" ", timespec="microseconds")
     if isinstance(value, (datetime.date, decimal.Decimal, int, float, str)):
         return str(value)
     if isinstance(value, bytes):
