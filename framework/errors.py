@@ -162,9 +162,20 @@ class FatalDeliveryError(DeliveryError):
     """A destination writer's signal that the entries of a request will never be accepted.
 
     Raised from ``AsyncSinkWriter.submit_request_entries``. With a dead-letter queue the writer
-    splits the request to isolate the offending entries; without one the job fails with a
-    ``FatalDeliveryError`` whose cause is the error the destination raised.
+    splits the request to isolate the offending entries (when ``caused_by_entries``); without
+    one, or when the request as a whole is refused, the job fails with a ``FatalDeliveryError``
+    whose cause is the error the destination raised.
+
+    Attributes:
+        caused_by_entries: the rejection is about the content of some entries (HTTP 400/413/422,
+            a validation error), so splitting the request isolates them. ``False`` for refusals
+            of any request (HTTP 401/403/404): dead-lettering every entry would only hide a
+            misconfiguration.
     """
+
+    def __init__(self, message: str, *, caused_by_entries: bool = True) -> None:
+        super().__init__(message)
+        self.caused_by_entries = caused_by_entries
 
 
 class RetriesExhaustedError(DeliveryError):

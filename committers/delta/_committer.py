@@ -16,7 +16,13 @@ import time
 from collections.abc import Sequence
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    Field,
+    PostCommitHookProperties,
+    Transaction,
+)
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction
 
@@ -148,12 +154,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 self._reconcile(table, epoch)
                 return
             try:
+                schema = self._evolve_schema(table)
                 table.create_write_transaction(
                     [_add_action(f) for f in committable.files],
                     mode="append",
-                    schema=merge_schemas(
-                        table_schema(table), self._input_schema, self._schema_mode
-                    ),
+                    schema=schema,
                     partition_by=self._partition_by or None,
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
@@ -190,6 +195,22 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             "show it committed. It is safe to restart the query: the batch is replayed and "
             "committed once."
         ) from last_error
+
+    def _evolve_schema(self, table: DeltaTable) -> pa.Schema:
+        """The table schema for this commit; in merge mode, first add the input's new columns.
+
+        Adding columns is its own metadata-only commit (delta-rs cannot attach a schema change
+        to a write transaction). It is idempotent: after a crash the columns exist and are not
+        added again; all new columns are nullable, so no reader sees invalid data.
+        """
+        current = table_schema(table)
+        merged = merge_schemas(current, self._input_schema, self._schema_mode)
+        if len(merged) > len(current):
+            new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
+            table.alter.add_columns(new_fields)
+            table.update_incremental()
+            log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
+        return merged
 
     def _reconcile(self, table: DeltaTable, epoch: Epoch) -> None:
         """The txn shows the epoch committed: by us (an earlier attempt whose answer was lost),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -60,6 +60,8 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
     normalized = pa.schema([_normalize_field(f) for f in schema])
     for f in normalized:
         try:
+            if _has_type(f.type, pa.types.is_null):
+                raise TypeError("Delta has no type for a column that is always null")
             DeltaSchema.from_arrow(pa.schema([f]))
         except Exception as err:
             raise UnsupportedTypeError(
@@ -68,6 +70,18 @@ def normalize_schema(schema: pa.Schema) -> pa.Schema:
                 "timestamp, decimal, array, map, struct) before writing."
             ) from err
     return normalized
+
+
+def _has_type(t: pa.DataType, predicate: Callable[[pa.DataType], bool]) -> bool:
+    if predicate(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_type(t.field(i).type, predicate) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_type(t.value_type, predicate)
+    if pa.types.is_map(t):
+        return _has_type(t.key_type, predicate) or _has_type(t.item_type, predicate)
+    return False
 
 
 def _type_name(t: pa.DataType) -> str:

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 __all__ = ["STRING_STATS_PREFIX", "delta_stats"]
 
 STRING_STATS_PREFIX = 32  # as Delta's Spark writer: a prefix is a valid lower bound
+# Floating-point columns get a min but no max (see delta_stats).
 
 
 def _json_value(value: Any, arrow_type: pa.DataType, is_max: bool) -> Any:
@@ -59,7 +60,8 @@ def delta_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, int] = dict.fromkeys(top_level, 0)
-    no_minmax: set[str] = set()
+    no_min: set[str] = set()
+    no_max: set[str] = set()
     for rg in range(metadata.num_row_groups):
         row_group = metadata.row_group(rg)
         for ci in range(row_group.num_columns):
@@ -69,31 +71,39 @@ def delta_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
             if arrow_type is None:  # nested leaf: path is "a.b"; keep no stats for it
                 root = name.split(".", 1)[0]
                 if root in nulls:
-                    no_minmax.add(root)
+                    no_min.add(root)
+                    no_max.add(root)
                     nulls.pop(root, None)
                 continue
             stats = column.statistics
             if stats is None:
-                no_minmax.add(name)
+                no_min.add(name)
+                no_max.add(name)
                 nulls.pop(name, None)
                 continue
             if name in nulls:
                 nulls[name] += stats.null_count if stats.null_count is not None else 0
             if not stats.has_min_max:
                 if stats.null_count != column.num_values:
-                    no_minmax.add(name)  # values exist but bounds are unknown
+                    no_min.add(name)  # values exist but bounds are unknown
+                    no_max.add(name)
                 continue
             lo = _json_value(stats.min, arrow_type, is_max=False)
-            hi = _json_value(stats.max, arrow_type, is_max=True)
-            if lo is None or hi is None:
-                no_minmax.add(name)
-                continue
-            if name not in mins or lo < mins[name]:
+            # Parquet bounds leave NaN out, but NaN sorts above every number in Spark SQL and
+            # Delta: a float max from the footer could wrongly skip a file holding NaN.
+            floating = pa.types.is_floating(arrow_type)
+            hi = None if floating else _json_value(stats.max, arrow_type, is_max=True)
+            if lo is None:
+                no_min.add(name)
+            elif name not in mins or lo < mins[name]:
                 mins[name] = lo
-            if name not in maxs or hi > maxs[name]:
+            if hi is None:
+                no_max.add(name)
+            elif name not in maxs or hi > maxs[name]:
                 maxs[name] = hi
-    for name in no_minmax:
+    for name in no_min:
         mins.pop(name, None)
+    for name in no_max:
         maxs.pop(name, None)
     return json.dumps(
         {

@@ -59,6 +59,8 @@ def _is_empty_or_missing(location: TableLocation) -> bool:
         entries = fs.ls(root, detail=False)
     except FileNotFoundError:
         return True
+    except OSError as err:  # e.g. a parent is a file
+        raise _not_writable(location, err) from err
     ignorable = {STAGING_DIR, "_delta_log"}
     return all(entry.rstrip("/").rsplit("/", 1)[-1] in ignorable for entry in entries)
 

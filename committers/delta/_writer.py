@@ -243,10 +243,8 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
     def abort(self) -> None:
         for current in self._open.values():
             for closer in (current.writer.close, current.stream.close):
-                try:
+                with contextlib.suppress(Exception):  # best effort: the manifest names the file
                     closer()
-                except Exception:
-                    pass
         self._open.clear()
         leftovers = False
         for relative in self._created:

@@ -34,8 +34,35 @@ _BOUNDED_SUFFIX = ":write"
 _DEFAULT_BOUNDED_APP = "bounded"
 
 
+_SPARK_ONLY_TYPES = ("VariantType", "CalendarIntervalType", "ObjectType", "NullType")
+
+
+def _reject_spark_only_types(data_type: Any, path: str) -> None:
+    """Types with no faithful Arrow/Parquet counterpart would be written as something else."""
+    from pyspark.sql import types as T
+
+    name = type(data_type).__name__
+    if name in _SPARK_ONLY_TYPES:
+        raise UnsupportedTypeError(
+            f"column {path!r} has Spark type {data_type.simpleString()}, which sinks cannot "
+            "store faithfully. Cast it first (e.g. to_json() for variant, a string or number "
+            "for intervals, a typed null via cast(null as <type>))."
+        )
+    if isinstance(data_type, T.StructType):
+        for field in data_type.fields:
+            _reject_spark_only_types(field.dataType, f"{path}.{field.name}")
+    elif isinstance(data_type, T.ArrayType):
+        _reject_spark_only_types(data_type.elementType, f"{path}[]")
+    elif isinstance(data_type, T.MapType):
+        _reject_spark_only_types(data_type.keyType, f"{path}{{key}}")
+        _reject_spark_only_types(data_type.valueType, f"{path}{{value}}")
+
+
 def _arrow_schema(df: DataFrame) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
+
+    for field in df.schema.fields:
+        _reject_spark_only_types(field.dataType, field.name)
 
     try:
         # Instants are UTC whatever the session time zone; the sink stores UTC timestamps.

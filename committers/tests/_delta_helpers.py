@@ -1,0 +1,80 @@
+"""Shared helpers for Delta sink tests: drive writers and committers without Spark, read back."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from committers.delta import DeltaSink
+from committers.delta._staging import STAGING_DIR
+from framework.sink import Epoch, WriterContext
+
+
+def epoch(epoch_id: int, app_id: str = "app", writer: str = "writer-a") -> Epoch:
+    return Epoch(app_id=app_id, epoch_id=epoch_id, writer_identity=writer, run_id=str(uuid.uuid4()))
+
+
+def stage(sink: DeltaSink, ep: Epoch, batches, partition_id: int = 0, attempt: int = 0):
+    """Run one writer over ``batches`` as task ``partition_id`` and return its committables."""
+    ctx = WriterContext(
+        epoch=ep, partition_id=partition_id, attempt_number=attempt, task_attempt_id=attempt
+    )
+    writer = sink.create_writer(ctx)
+    for batch in batches:
+        writer.write(batch)
+    files = writer.prepare_commit(True)
+    writer.close()
+    return files
+
+
+def read_rows(table_uri: str, columns=None) -> list[dict]:
+    """Every row of the table (read through delta-rs), sorted for exact comparison."""
+    table = DeltaTable(str(table_uri)).to_pyarrow_dataset().to_table(columns=columns)
+    rows = table.to_pylist()
+    return sorted(rows, key=lambda r: tuple(str(r[k]) for k in sorted(r)))
+
+
+def ids(table_uri: str) -> list[int]:
+    return sorted(r["id"] for r in read_rows(table_uri, ["id"]))
+
+
+def assert_no_duplicates(values) -> None:
+    dupes = [v for v, n in Counter(values).items() if n > 1]
+    assert not dupes, f"duplicated: {dupes[:10]}"
+
+
+def data_files_on_disk(table_uri: str) -> set[str]:
+    """Parquet files under the table root (relative), outside the log and staging."""
+    root = Path(table_uri)
+    found = set()
+    for path in root.rglob("*.parquet"):
+        relative = path.relative_to(root).as_posix()
+        if not relative.startswith(("_delta_log/", STAGING_DIR + "/")):
+            found.add(relative)
+    return found
+
+
+def committed_files(table_uri: str) -> set[str]:
+    root = os.path.abspath(table_uri)
+    return {os.path.relpath(u.replace("file://", ""), root) for u in DeltaTable(root).file_uris()}
+
+
+def staging_leftovers(table_uri: str) -> list[str]:
+    staging = Path(table_uri) / STAGING_DIR
+    return [p.as_posix() for p in staging.rglob("*") if p.is_file()] if staging.exists() else []
+
+
+def assert_no_orphans(table_uri: str) -> None:
+    """Every Parquet file on disk is referenced by the table and no manifest is left."""
+    assert data_files_on_disk(table_uri) == committed_files(table_uri)
+    assert staging_leftovers(table_uri) == []
+
+
+def batch(ids_, **columns) -> pa.RecordBatch:
+    data = {"id": pa.array(ids_, pa.int64()), **columns}
+    return pa.RecordBatch.from_pydict(data)

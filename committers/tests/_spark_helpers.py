@@ -1,0 +1,81 @@
+"""Helpers for Spark-driven sink tests: file sources, queries, crash-injecting sinks."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from committers.delta import DeltaSink
+from committers.delta._writer import DeltaStagingWriter
+
+SOURCE_SCHEMA = "id LONG, day STRING"
+
+
+def write_source_file(directory: Path, name: str, ids) -> None:
+    """One JSON-lines file of the streaming source (written atomically via rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps({"id": i, "day": f"d{i % 3}"}) + "\n" for i in ids))
+    tmp.rename(directory / f"{name}.json")
+
+
+def file_stream(spark, directory: Path):
+    """A streaming DataFrame reading one source file per micro-batch."""
+    return (
+        spark.readStream.schema(SOURCE_SCHEMA).option("maxFilesPerTrigger", 1).json(str(directory))
+    )
+
+
+def run_available_now(sink, df, checkpoint: Path):
+    """Process everything available, then stop; re-raises the query's failure."""
+    query = sink.write_stream(
+        df, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+    )
+    query.awaitTermination()
+    return query
+
+
+def forget_newest_commit(checkpoint: Path) -> int:
+    """Delete the newest entry of the checkpoint's commits/ (and its checksum) so Spark runs
+    that batch again on restart; returns its batch id."""
+    commits = checkpoint / "commits"
+    newest = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(newest)).unlink()
+    (commits / f".{newest}.crc").unlink(missing_ok=True)
+    return newest
+
+
+class _CrashingWriter(DeltaStagingWriter):
+    """Stages its files completely, then kills its own Python worker on the first attempt."""
+
+    def __init__(self, *args, crash_record: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._crash_record = crash_record
+
+    def prepare_commit(self, flush: bool):
+        files = super().prepare_commit(flush)
+        if self._context.attempt_number == 0 and self._context.partition_id == 0:
+            with open(self._crash_record, "a") as out:
+                out.writelines(f.path + "\n" for f in files)
+            os._exit(1)  # a hard crash: no abort(), no cleanup, the worker process is gone
+        return files
+
+
+class CrashingFirstAttemptSink(DeltaSink):
+    """A DeltaSink whose task for partition 0 dies after staging, on its first attempt."""
+
+    def __init__(self, *args, crash_record: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.crash_record = crash_record
+
+    def create_writer(self, context):
+        _, table = self._prepared()
+        return _CrashingWriter(
+            context,
+            self.location,
+            table,
+            self.partition_by,
+            self.options,
+            crash_record=self.crash_record,
+        )

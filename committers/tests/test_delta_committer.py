@@ -1,0 +1,361 @@
+"""Delta writer and global committer, driven directly (no Spark): commits, replays, races,
+cleanup, statistics and file shaping."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from committers.delta import DeltaSink, StagedFile, StagedFileSerializer
+from committers.tests._delta_helpers import (
+    assert_no_duplicates,
+    assert_no_orphans,
+    batch,
+    committed_files,
+    data_files_on_disk,
+    epoch,
+    ids,
+    read_rows,
+    stage,
+    staging_leftovers,
+)
+from framework.errors import (
+    ConcurrentWriterError,
+    ConfigurationError,
+    NullConstraintError,
+)
+from framework.sink import deserialize_versioned, serialize_versioned
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("day", pa.string())])
+
+
+def make_sink(tmp_path, **kwargs) -> DeltaSink:
+    sink = DeltaSink(str(tmp_path / "t"), app_id="app", partition_by=["day"], **kwargs)
+    sink.prepare(SCHEMA)
+    return sink
+
+
+def day_batch(start: int, stop: int) -> pa.RecordBatch:
+    values = list(range(start, stop))
+    return batch(values, day=pa.array([f"d{i % 3}" for i in values]))
+
+
+def commit_epoch(sink, ep, batches, committer=None):
+    committer = committer or sink.create_global_committer()
+    files = stage(sink, ep, batches)
+    committer.commit([committer.combine(ep, files)])
+    committer.clean_up(ep)
+    return committer, files
+
+
+def test_one_transaction_per_epoch_with_txn_and_partitions(tmp_path):
+    sink = make_sink(tmp_path)
+    _, files = commit_epoch(sink, epoch(0), [day_batch(0, 50), day_batch(50, 100)])
+    table = DeltaTable(sink.table_uri)
+    assert table.version() == 1  # version 0 is the empty CREATE
+    assert table.transaction_version("app") == 0
+    assert ids(sink.table_uri) == list(range(100))
+    assert {f.partition_values["day"] for f in files} == {"d0", "d1", "d2"}
+    assert all(f.path.startswith(f"day={f.partition_values['day']}/") for f in files)
+    assert sorted(r["day"] for r in read_rows(sink.table_uri)) == sorted(
+        f"d{i % 3}" for i in range(100)
+    )
+    assert_no_orphans(sink.table_uri)
+
+
+def test_committing_the_same_epoch_twice_yields_one_commit(tmp_path):
+    sink = make_sink(tmp_path)
+    ep = epoch(0)
+    committer, _ = commit_epoch(sink, ep, [day_batch(0, 10)])
+    assert committer.is_committed(ep)
+    # A replay that staged again anyway (e.g. a driver that crashed after commit): the commit is
+    # reconciled against the txn, and the second copy of the files is deleted.
+    files_again = stage(sink, ep, [day_batch(0, 10)])
+    committer.commit([committer.combine(ep, files_again)])
+    committer.clean_up(ep)
+    assert DeltaTable(sink.table_uri).version() == 1
+    assert ids(sink.table_uri) == list(range(10))
+    assert_no_orphans(sink.table_uri)
+
+
+def test_replay_by_a_new_committer_process_is_detected_from_the_table(tmp_path):
+    sink = make_sink(tmp_path)
+    ep = epoch(3)
+    commit_epoch(sink, ep, [day_batch(0, 10)])
+    fresh = sink.create_global_committer()  # as after a driver restart
+    assert fresh.is_committed(epoch(3)) and fresh.is_committed(epoch(2))
+    assert not fresh.is_committed(epoch(4))
+    assert fresh.last_committed_epoch("app") == 3
+    assert fresh.last_committed_epoch("other") is None
+
+
+def test_same_app_id_from_another_writer_is_an_error_not_a_skip(tmp_path):
+    sink = make_sink(tmp_path)
+    commit_epoch(sink, epoch(0, writer="query-A"), [day_batch(0, 10)])
+    committer = sink.create_global_committer()
+    with pytest.raises(ConcurrentWriterError, match="two writers"):
+        committer.is_committed(epoch(0, writer="query-B"))
+
+
+def test_racing_commits_of_the_same_epoch_land_once(tmp_path):
+    sink = make_sink(tmp_path)
+    ep_a, ep_b = epoch(0, writer="query-A"), epoch(0, writer="query-B")
+    files_a, files_b = stage(sink, ep_a, [day_batch(0, 10)]), stage(sink, ep_b, [day_batch(0, 10)])
+    committers = [sink.create_global_committer(), sink.create_global_committer()]
+    for c in committers:
+        c.table()  # both read the same snapshot before racing
+    outcomes: list[object] = []
+    barrier = threading.Barrier(2)
+
+    def run(committer, ep, files):
+        barrier.wait()
+        try:
+            committer.commit([committer.combine(ep, files)])
+            outcomes.append("ok")
+        except ConcurrentWriterError as err:
+            outcomes.append(err)
+
+    threads = [
+        threading.Thread(target=run, args=(committers[0], ep_a, files_a)),
+        threading.Thread(target=run, args=(committers[1], ep_b, files_b)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(map(str, outcomes)).count("ok") == 1, outcomes
+    assert sum(isinstance(o, ConcurrentWriterError) for o in outcomes) == 1
+    assert ids(sink.table_uri) == list(range(10))
+    assert DeltaTable(sink.table_uri).transaction_version("app") == 0
+
+
+def test_different_app_ids_racing_both_land(tmp_path):
+    sink = make_sink(tmp_path)
+    eps = [epoch(0, app_id=f"app-{i}") for i in range(4)]
+    staged = [stage(sink, ep, [day_batch(i * 100, i * 100 + 20)]) for i, ep in enumerate(eps)]
+    barrier = threading.Barrier(len(eps))
+
+    def run(ep, files):
+        committer = sink.create_global_committer()
+        committer.table()
+        barrier.wait()
+        committer.commit([committer.combine(ep, files)])
+
+    threads = [threading.Thread(target=run, args=pair) for pair in zip(eps, staged, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = sorted(i * 100 + j for i in range(4) for j in range(20))
+    assert ids(sink.table_uri) == expected
+    table = DeltaTable(sink.table_uri)
+    assert [table.transaction_version(ep.app_id) for ep in eps] == [0, 0, 0, 0]
+
+
+def test_clean_up_deletes_uncommitted_attempts_but_never_committed_files(tmp_path):
+    sink = make_sink(tmp_path)
+    ep = epoch(0)
+    failed_attempt = stage(sink, ep, [day_batch(0, 10)], partition_id=0, attempt=0)
+    good_attempt = stage(sink, ep, [day_batch(0, 10)], partition_id=0, attempt=1)
+    assert len(data_files_on_disk(sink.table_uri)) == len(failed_attempt) + len(good_attempt)
+    committer = sink.create_global_committer()
+    committer.commit([committer.combine(ep, good_attempt)])
+    committer.clean_up(ep)
+    assert committed_files(sink.table_uri) == {f.path for f in good_attempt}
+    assert_no_orphans(sink.table_uri)
+    assert ids(sink.table_uri) == list(range(10))
+
+
+def test_abort_of_an_uncommitted_epoch_removes_everything_staged(tmp_path):
+    sink = make_sink(tmp_path)
+    ep = epoch(0)
+    stage(sink, ep, [day_batch(0, 10)])
+    sink.create_global_committer().abort(ep)
+    assert data_files_on_disk(sink.table_uri) == set()
+    assert staging_leftovers(sink.table_uri) == []
+    assert DeltaTable(sink.table_uri).version() == 0
+
+
+def test_writer_abort_removes_its_files_and_manifest(tmp_path):
+    sink = make_sink(tmp_path)
+    from framework.sink import WriterContext
+
+    writer = sink.create_writer(
+        WriterContext(epoch=epoch(0), partition_id=0, attempt_number=0, task_attempt_id=0)
+    )
+    writer.write(day_batch(0, 10))
+    assert staging_leftovers(sink.table_uri)  # the manifest exists before any file
+    writer.abort()
+    assert data_files_on_disk(sink.table_uri) == set()
+    assert staging_leftovers(sink.table_uri) == []
+
+
+def test_null_in_non_nullable_column_is_rejected_on_the_task(tmp_path):
+    sink = make_sink(tmp_path)
+    bad = pa.RecordBatch.from_pydict(
+        {"id": pa.array([1, None], pa.int64()), "day": pa.array(["a", "b"])}
+    )
+    with pytest.raises(NullConstraintError, match="'id' is non-nullable"):
+        stage(sink, epoch(0), [bad])
+
+
+def test_stats_match_the_data(tmp_path):
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("s", pa.string()),
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("d", pa.date32()),
+            ("f", pa.float64()),
+        ]
+    )
+    sink = DeltaSink(str(tmp_path / "t"), app_id="app")
+    sink.prepare(schema)
+    t0 = datetime.datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=datetime.timezone.utc)
+    data = pa.RecordBatch.from_pydict(
+        {
+            "id": [5, 1, None],
+            "s": ["b", "z" * 40, "c"],
+            "ts": [t0, t0 + datetime.timedelta(hours=1), None],
+            "d": [datetime.date(2026, 1, 2), datetime.date(2025, 1, 1), None],
+            "f": [1.5, float("nan"), -2.0],
+        },
+        schema=schema,
+    )
+    (staged,) = stage(sink, epoch(0), [data])
+    stats = json.loads(staged.stats)
+    assert stats["numRecords"] == 3
+    assert stats["nullCount"] == {"id": 1, "s": 0, "ts": 1, "d": 1, "f": 0}
+    assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (1, 5)
+    assert stats["minValues"]["s"] == "b"
+    assert "s" not in stats["maxValues"]  # a truncated max would be wrong: omitted
+    assert stats["minValues"]["f"] == -2.0
+    assert "f" not in stats["maxValues"]  # NaN sorts above every number: no max for floats
+    assert stats["minValues"]["ts"] == "2026-11-21T10:00:00.123Z"
+    assert stats["maxValues"]["ts"] == "2026-11-21T11:00:00.124Z"  # rounded up, still >= max
+    assert (stats["minValues"]["d"], stats["maxValues"]["d"]) == ("2025-01-01", "2026-01-02")
+    committer = sink.create_global_committer()
+    committer.commit([committer.combine(epoch(0), [staged])])
+    assert DeltaTable(sink.table_uri).count() == 3
+
+
+def test_files_roll_at_target_size_and_row_groups_are_large(tmp_path):
+    sink = DeltaSink(
+        str(tmp_path / "t"),
+        app_id="app",
+        target_file_size=256 * 1024,
+        row_group_rows=20_000,
+        row_group_bytes=1 << 30,
+    )
+    schema = pa.schema([("id", pa.int64()), ("s", pa.string())])
+    sink.prepare(schema)
+    batches = [
+        pa.RecordBatch.from_pydict(
+            {"id": list(range(i, i + 5000)), "s": [f"value-{j}" * 3 for j in range(i, i + 5000)]},
+            schema=schema,
+        )
+        for i in range(0, 200_000, 5000)
+    ]
+    files = stage(sink, epoch(0), batches)
+    assert len(files) > 1
+    assert sum(f.num_records for f in files) == 200_000
+    for f in files[:-1]:
+        metadata = pq.read_metadata(str(tmp_path / "t" / f.path))
+        assert f.size >= 256 * 1024
+        # 5,000-row input batches are merged into 20,000-row row groups
+        assert {metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)} == {20_000}
+
+
+def test_timestamps_are_int64_micros_not_int96(tmp_path):
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
+    sink = DeltaSink(str(tmp_path / "t"), app_id="app")
+    sink.prepare(schema)
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    (staged,) = stage(sink, epoch(0), [pa.RecordBatch.from_pydict({"id": [1], "ts": [now]})])
+    column = pq.read_metadata(str(tmp_path / "t" / staged.path)).schema.column(1)
+    assert column.physical_type == "INT64"
+    assert "timeUnit=microseconds" in str(column.logical_type)
+
+
+def test_committable_serializer_round_trip():
+    staged = StagedFile(
+        path="day=a/part-1.parquet",
+        size=10,
+        partition_values={"day": "a", "k": None},
+        num_records=3,
+        stats='{"numRecords":3}',
+        modification_time=123,
+        task_attempt_id=7,
+    )
+    serializer = StagedFileSerializer()
+    assert deserialize_versioned(serializer, serialize_versioned(serializer, staged)) == staged
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"app_id": ""}, "app_id"),
+        ({"partition_by": ["a", "a"]}, "twice"),
+        ({"schema_mode": "overwrite"}, "schema_mode"),
+        ({"target_file_size": 0}, "target_file_size"),
+        ({"compression": "lzma"}, "compression"),
+    ],
+)
+def test_bad_options_are_rejected_at_construction(tmp_path, kwargs, message):
+    with pytest.raises(ConfigurationError, match=message):
+        DeltaSink(str(tmp_path / "t"), **kwargs)
+
+
+def test_many_epochs_keep_txn_monotonic_and_rows_exact(tmp_path):
+    sink = make_sink(tmp_path)
+    committer = sink.create_global_committer()
+    for e in range(12):
+        commit_epoch(sink, epoch(e), [day_batch(e * 10, e * 10 + 10)], committer)
+    values = ids(sink.table_uri)
+    assert_no_duplicates(values)
+    assert values == list(range(120))
+    assert DeltaTable(sink.table_uri).transaction_version("app") == 11
+    assert_no_orphans(sink.table_uri)
+
+
+def _age(path, seconds):
+    import os
+    import time
+
+    old = time.time() - seconds
+    os.utime(path, (old, old))
+
+
+def test_remove_orphan_files_keeps_committed_and_young_files(tmp_path):
+    sink = make_sink(tmp_path)
+    _, committed = commit_epoch(sink, epoch(0), [day_batch(0, 10)])
+    orphaned_old = stage(sink, epoch(1, writer="crashed"), [day_batch(10, 20)])
+    orphaned_young = stage(sink, epoch(2, writer="running"), [day_batch(20, 30)])
+    root = tmp_path / "t"
+    for f in [*committed, *orphaned_old]:
+        _age(root / f.path, 3 * 86400)
+    for manifest in (root / "_sink_staging").rglob("*.json"):
+        if "crashed" in manifest.as_posix():
+            _age(manifest, 3 * 86400)
+    week = datetime.timedelta(days=1)
+    dry = sink.remove_orphan_files(retention=week, dry_run=True)
+    assert {f.path for f in orphaned_old} <= set(dry)
+    assert data_files_on_disk(sink.table_uri) >= {f.path for f in orphaned_old}  # dry run
+    removed = sink.remove_orphan_files(retention=week)
+    assert removed == dry
+    on_disk = data_files_on_disk(sink.table_uri)
+    assert on_disk == {f.path for f in committed} | {f.path for f in orphaned_young}
+    assert not [m for m in staging_leftovers(sink.table_uri) if "crashed" in m]
+    assert ids(sink.table_uri) == list(range(10))
+
+
+def test_remove_orphan_files_refuses_a_short_retention(tmp_path):
+    sink = make_sink(tmp_path)
+    with pytest.raises(ConfigurationError, match="shorter than"):
+        sink.remove_orphan_files(retention=datetime.timedelta(minutes=5))
