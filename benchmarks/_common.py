@@ -51,5 +51,5 @@ def median(values) -> float:
 
 
 def machine() -> str:
-    cpus = os.cpu_count()
-    return f"{platform.system()} {platform.machine()}, {cpus} cores, Python {platform.python_version()}"
+    python = platform.python_version()
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {python}"

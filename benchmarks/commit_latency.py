@@ -22,10 +22,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine  # noqa: E402
+from _common import machine
 
-from committers.delta import DeltaSink, StagedFile  # noqa: E402
-from framework.sink import Epoch, WriterContext  # noqa: E402
+from committers.delta import DeltaSink, StagedFile
+from framework.sink import Epoch, WriterContext
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 
@@ -89,7 +89,8 @@ def main() -> None:
     for file_count in (10, 100):
         small = statistics.median(results[(10, file_count)][0])
         large = statistics.median(results[(1000, file_count)][0])
-        print(f"{file_count} files: p50 at 1,000 versions / p50 at 10 versions = {large / small:.2f}")
+        ratio = large / small
+        print(f"{file_count} files: p50 at 1,000 versions / p50 at 10 versions = {ratio:.2f}")
     shutil.rmtree(work, ignore_errors=True)
 
 

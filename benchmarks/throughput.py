@@ -14,10 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine, median, rows_df, spark_session, timed  # noqa: E402
+from _common import machine, median, rows_df, spark_session, timed
 
-from committers.delta import DeltaSink  # noqa: E402
-from framework import TwoPhaseSink  # noqa: E402
+from committers.delta import DeltaSink
+from framework import TwoPhaseSink
 
 
 def main() -> None:
@@ -51,8 +51,11 @@ def main() -> None:
     spark_median, sink_median = median(spark_times), median(sink_times)
     print(f"machine: {machine()}")
     print(f"rows: {rows:,}, repeats: {repeats} (alternating, after one warm-up each)")
-    print(f"df.write.parquet    median {spark_median:.2f} s  runs {[round(t, 2) for t in spark_times]}")
-    print(f"DeltaSink write     median {sink_median:.2f} s  runs {[round(t, 2) for t in sink_times]}")
+    for label, med, runs in (
+        ("df.write.parquet", spark_median, spark_times),
+        ("DeltaSink write ", sink_median, sink_times),
+    ):
+        print(f"{label}  median {med:.2f} s  runs {[round(t, 2) for t in runs]}")
     print(f"bytes: spark {sizes['spark']:,}  sink {sizes['sink']:,}")
     print(f"ratio (spark time / sink time): {spark_median / sink_median:.2f}")
     spark.stop()
