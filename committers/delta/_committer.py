@@ -95,12 +95,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     def table(self) -> DeltaTable:
         """The table handle, advanced to the latest version."""
         if self._table is None:
-            # Appends need no file list: without it, a commit's cost does not grow with the
-            # number of files in the table.
             self._table = DeltaTable(
-                self._location.uri,
-                storage_options=self._location.delta_storage_options(),
-                without_files=True,
+                self._location.uri, storage_options=self._location.delta_storage_options()
             )
         else:
             self._table.update_incremental()
