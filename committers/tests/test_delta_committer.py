@@ -17,7 +17,6 @@ from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
     batch,
-    committed_files,
     data_files_on_disk,
     epoch,
     ids,
@@ -69,21 +68,6 @@ def test_one_transaction_per_epoch_with_txn_and_partitions(tmp_path):
     assert_no_orphans(sink.table_uri)
 
 
-def test_committing_the_same_epoch_twice_yields_one_commit(tmp_path):
-    sink = make_sink(tmp_path)
-    ep = epoch(0)
-    committer, _ = commit_epoch(sink, ep, [day_batch(0, 10)])
-    assert committer.is_committed(ep)
-    # A replay that staged again anyway (e.g. a driver that crashed after commit): the commit is
-    # reconciled against the txn, and the second copy of the files is deleted.
-    files_again = stage(sink, ep, [day_batch(0, 10)])
-    committer.commit([committer.combine(ep, files_again)])
-    committer.clean_up(ep)
-    assert DeltaTable(sink.table_uri).version() == 1
-    assert ids(sink.table_uri) == list(range(10))
-    assert_no_orphans(sink.table_uri)
-
-
 def test_replay_by_a_new_committer_process_is_detected_from_the_table(tmp_path):
     sink = make_sink(tmp_path)
     ep = epoch(3)
@@ -93,14 +77,6 @@ def test_replay_by_a_new_committer_process_is_detected_from_the_table(tmp_path):
     assert not fresh.is_committed(epoch(4))
     assert fresh.last_committed_epoch("app") == 3
     assert fresh.last_committed_epoch("other") is None
-
-
-def test_same_app_id_from_another_writer_is_an_error_not_a_skip(tmp_path):
-    sink = make_sink(tmp_path)
-    commit_epoch(sink, epoch(0, writer="query-A"), [day_batch(0, 10)])
-    committer = sink.create_global_committer()
-    with pytest.raises(ConcurrentWriterError, match="two writers"):
-        committer.is_committed(epoch(0, writer="query-B"))
 
 
 def test_racing_commits_of_the_same_epoch_land_once(tmp_path):
@@ -156,30 +132,6 @@ def test_different_app_ids_racing_both_land(tmp_path):
     assert ids(sink.table_uri) == expected
     table = DeltaTable(sink.table_uri)
     assert [table.transaction_version(ep.app_id) for ep in eps] == [0, 0, 0, 0]
-
-
-def test_clean_up_deletes_uncommitted_attempts_but_never_committed_files(tmp_path):
-    sink = make_sink(tmp_path)
-    ep = epoch(0)
-    failed_attempt = stage(sink, ep, [day_batch(0, 10)], partition_id=0, attempt=0)
-    good_attempt = stage(sink, ep, [day_batch(0, 10)], partition_id=0, attempt=1)
-    assert len(data_files_on_disk(sink.table_uri)) == len(failed_attempt) + len(good_attempt)
-    committer = sink.create_global_committer()
-    committer.commit([committer.combine(ep, good_attempt)])
-    committer.clean_up(ep)
-    assert committed_files(sink.table_uri) == {f.path for f in good_attempt}
-    assert_no_orphans(sink.table_uri)
-    assert ids(sink.table_uri) == list(range(10))
-
-
-def test_abort_of_an_uncommitted_epoch_removes_everything_staged(tmp_path):
-    sink = make_sink(tmp_path)
-    ep = epoch(0)
-    stage(sink, ep, [day_batch(0, 10)])
-    sink.create_global_committer().abort(ep)
-    assert data_files_on_disk(sink.table_uri) == set()
-    assert staging_leftovers(sink.table_uri) == []
-    assert DeltaTable(sink.table_uri).version() == 0
 
 
 def test_writer_abort_removes_its_files_and_manifest(tmp_path):
