@@ -1,0 +1,328 @@
+"""HttpSink: at-least-once delivery of rows to an HTTP endpoint, as JSON arrays.
+
+Each request is ``POST <url>`` with a JSON array of row objects. The answer decides the fate of
+the entries:
+
+* ``2xx``: all accepted, unless the body is ``{"failed": [indexes]}``: those entries (0-based
+  positions in the array) are retried;
+* ``429`` and ``503``: throttling; everything is retried after at least ``Retry-After``
+  (``Retry-After-Ms`` is preferred when present, being more precise) and the rate limiting
+  strategy is told;
+* ``408`` and other ``5xx``, connection errors, timeouts: retried;
+* ``401``, ``403``, ``404``, ``405``, ``407`` and redirects: the endpoint refuses any request, so
+  the job fails (a dead-letter queue would only hide the misconfiguration);
+* other ``4xx`` (``400``, ``413``, ``422``, ...): fatal for the entries; with a dead-letter queue
+  the request is split until the offending entries are isolated and dead-lettered.
+
+Example::
+
+    from framework import TwoPhaseSink
+    from committers.http import HttpSink
+
+    sink = HttpSink("https://ingest.example.com/events",
+                    headers={"Authorization": "Bearer ..."},
+                    dead_letter_queue=JsonLinesDeadLetterQueue("s3://bucket/dead-letters"))
+    TwoPhaseSink(sink).write(df)
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from framework.asyncsink import (
+    DEFAULT_ERROR_CLASSIFIER,
+    AsyncSink,
+    AsyncSinkWriter,
+    AsyncSinkWriterConfig,
+    BufferedRequestState,
+    BufferedRequestStateSerializer,
+    BytesEntrySerializer,
+    CongestionControlRateLimitingStrategy,
+    DeadLetterQueue,
+    ElementConverter,
+    ErrorClassifier,
+    RateLimitingStrategyFactory,
+    RetryPolicy,
+    Row,
+    json_default,
+)
+from framework.errors import (
+    ConfigurationError,
+    FatalDeliveryError,
+    RetryableDeliveryError,
+    ThrottledError,
+    UnsupportedTypeError,
+)
+from framework.sink import VersionedSerializer, WriterContext
+
+__all__ = [
+    "DEFAULT_HTTP_CONFIG",
+    "HTTP_ERROR_CLASSIFIER",
+    "HttpSink",
+    "HttpSinkWriter",
+    "JsonRowConverter",
+    "parse_retry_after",
+]
+
+DEFAULT_HTTP_CONFIG = AsyncSinkWriterConfig(
+    max_batch_size=500,
+    max_in_flight_requests=16,
+    max_buffered_requests=10_000,
+    max_batch_size_in_bytes=4 * 1024 * 1024,
+    max_time_in_buffer_ms=1_000,
+    max_record_size_in_bytes=1024 * 1024,
+    request_timeout_ms=30_000,
+)
+
+THROTTLING_STATUSES = frozenset({429, 503})
+RETRYABLE_CLIENT_STATUSES = frozenset({408, 425})
+# Statuses that refuse the request whatever it contains: a configuration problem, not poison.
+REQUEST_REFUSED_STATUSES = frozenset({401, 403, 404, 405, 407})
+_ERROR_BODY_PREVIEW = 300
+
+
+HTTP_ERROR_CLASSIFIER: ErrorClassifier = DEFAULT_ERROR_CLASSIFIER.with_retryable(
+    aiohttp.ClientConnectionError, aiohttp.ClientPayloadError
+)
+"""The default classifier plus aiohttp's connection and payload errors as retryable."""
+
+
+class JsonRowConverter:
+    """Encodes a row as a compact JSON object (UTF-8 bytes), the entry type of :class:`HttpSink`.
+
+    Dates and times become ISO 8601 strings, decimals strings, binary base64.
+    """
+
+    def apply(self, element: Row, context: WriterContext | None) -> bytes:
+        """Encode one row.
+
+        Raises:
+            UnsupportedTypeError: a value has a type JSON cannot represent.
+        """
+        try:
+            return json.dumps(element, separators=(",", ":"), default=json_default).encode()
+        except TypeError as err:
+            raise UnsupportedTypeError(f"row cannot be encoded as JSON: {err}") from err
+
+
+def parse_retry_after(
+    headers: Mapping[str, str], now: datetime.datetime | None = None
+) -> float | None:
+    """Seconds the server asked to wait, from ``Retry-After-Ms`` or ``Retry-After``.
+
+    ``Retry-After`` may be delta-seconds (decimals accepted) or an HTTP date. Unparseable or
+    negative values are ignored (``None``), since a bad header must not stall delivery.
+    """
+    milliseconds = headers.get("Retry-After-Ms")
+    if milliseconds is not None:
+        try:
+            value = float(milliseconds) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and value >= 0:
+            return value
+    raw = headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        current = now or datetime.datetime.now(datetime.timezone.utc)
+        return max(0.0, (when - current).total_seconds())
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+class HttpSink(AsyncSink[bytes]):
+    """At-least-once sink that POSTs rows as JSON arrays to ``url``.
+
+    Picklable: it holds only the URL, headers and plain configuration; each task opens its own
+    ``aiohttp`` session on its own event loop.
+
+    Args:
+        url: the ``http://`` or ``https://`` endpoint.
+        headers: extra request headers (e.g. authorization).
+        config: buffering hints; :data:`DEFAULT_HTTP_CONFIG` by default.
+        retry_policy: retry budget and backoff; :class:`RetryPolicy` defaults.
+        rate_limiting: factory of each writer's rate limiting strategy; Flink's AIMD congestion
+            control by default (``PacingRateLimitingStrategy.from_config`` suits endpoints with
+            a request-rate quota better).
+        error_classifier: which exceptions are retryable; :data:`HTTP_ERROR_CLASSIFIER`.
+        dead_letter_queue: where rejected entries go; ``None`` fails the job instead.
+        element_converter: row to JSON bytes; :class:`JsonRowConverter` by default.
+        app_id: application identity reported with dead letters.
+
+    Raises:
+        ConfigurationError: the URL or a header is invalid.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        config: AsyncSinkWriterConfig | None = None,
+        retry_policy: RetryPolicy | None = None,
+        rate_limiting: RateLimitingStrategyFactory | None = None,
+        error_classifier: ErrorClassifier = HTTP_ERROR_CLASSIFIER,
+        dead_letter_queue: DeadLetterQueue | None = None,
+        element_converter: ElementConverter[Row, bytes] | None = None,
+        app_id: str | None = None,
+    ) -> None:
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigurationError(
+                f"url must be an absolute http:// or https:// URL with a host, got {url!r}"
+            )
+        header_items = tuple((headers or {}).items())
+        for name, value in header_items:
+            if not isinstance(name, str) or not isinstance(value, str) or not name:
+                raise ConfigurationError(
+                    f"headers must map non-empty strings to strings, got {name!r}: {value!r}"
+                )
+            if "\n" in value or "\r" in value:
+                raise ConfigurationError(f"header {name!r} contains a line break")
+        self.url = url
+        self.headers: tuple[tuple[str, str], ...] = header_items
+        self.config = config if config is not None else DEFAULT_HTTP_CONFIG
+        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
+        self.rate_limiting: RateLimitingStrategyFactory = (
+            rate_limiting
+            if rate_limiting is not None
+            else CongestionControlRateLimitingStrategy.from_config
+        )
+        self.error_classifier = error_classifier
+        self.dead_letter_queue = dead_letter_queue
+        self.element_converter: ElementConverter[Row, bytes] = (
+            element_converter if element_converter is not None else JsonRowConverter()
+        )
+        self.app_id = app_id
+
+    def create_async_writer(
+        self,
+        context: WriterContext | None,
+        initial_state: Sequence[BufferedRequestState[bytes]] = (),
+    ) -> HttpSinkWriter:
+        """See :meth:`framework.asyncsink.AsyncSink.create_async_writer`."""
+        return HttpSinkWriter(
+            url=self.url,
+            headers=dict(self.headers),
+            element_converter=self.element_converter,
+            config=self.config,
+            retry_policy=self.retry_policy,
+            error_classifier=self.error_classifier,
+            rate_limiting_strategy=self.rate_limiting(self.config),
+            dead_letter_queue=self.dead_letter_queue,
+            context=context,
+            initial_state=initial_state,
+        )
+
+    def state_serializer(self) -> VersionedSerializer[BufferedRequestState[bytes]]:
+        """Entries are JSON bytes already: stored as they are."""
+        return BufferedRequestStateSerializer(BytesEntrySerializer())
+
+    def __repr__(self) -> str:
+        # Headers may hold credentials: never print their values.
+        return f"HttpSink({self.url!r}, headers={[name for name, _ in self.headers]!r})"
+
+
+class HttpSinkWriter(AsyncSinkWriter[Row, bytes]):
+    """The writer of :class:`HttpSink`; one ``aiohttp`` session per writer, opened lazily.
+
+    Args:
+        url: the endpoint.
+        headers: extra request headers.
+        **kwargs: passed to :class:`~framework.asyncsink.AsyncSinkWriter`.
+    """
+
+    def __init__(self, *, url: str, headers: Mapping[str, str] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._url = url
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.config.max_in_flight_requests),
+                # The writer enforces request_timeout_ms itself, around the whole request.
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        return self._session
+
+    async def submit_request_entries(self, entries: list[bytes]) -> Sequence[bytes]:
+        """POST the entries as one JSON array; see the module docstring for the outcomes."""
+        body = b"[" + b",".join(entries) + b"]"
+        async with self._client().post(
+            self._url, data=body, headers=self._headers, allow_redirects=False
+        ) as response:
+            status = response.status
+            payload = await response.read()
+            headers = response.headers
+        if 200 <= status < 300:
+            return self._failed_entries(entries, payload)
+        preview = payload[:_ERROR_BODY_PREVIEW].decode("utf-8", "replace")
+        message = f"POST {self._url} answered {status}: {preview}"
+        if status in THROTTLING_STATUSES:
+            raise ThrottledError(message, retry_after_s=parse_retry_after(headers))
+        if status >= 500 or status in RETRYABLE_CLIENT_STATUSES:
+            raise RetryableDeliveryError(message, retry_after_s=parse_retry_after(headers))
+        if 400 <= status < 500 and status not in REQUEST_REFUSED_STATUSES:
+            raise FatalDeliveryError(message, caused_by_entries=True)
+        raise FatalDeliveryError(message, caused_by_entries=False)
+
+    @staticmethod
+    def _failed_entries(entries: list[bytes], payload: bytes) -> Sequence[bytes]:
+        if not payload.strip():
+            return ()
+        try:
+            document = json.loads(payload)
+        except ValueError:
+            return ()  # a 2xx answer that is not JSON still accepts the batch
+        if not isinstance(document, dict) or "failed" not in document:
+            return ()
+        failed = document["failed"]
+        if not isinstance(failed, list) or not all(
+            isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(entries)
+            for index in failed
+        ):
+            # We cannot tell which entries failed; resending all of them is at-least-once safe.
+            raise RetryableDeliveryError(
+                f"the answer's 'failed' must list entry positions in [0, {len(entries)}), "
+                f"got {str(failed)[:_ERROR_BODY_PREVIEW]}"
+            )
+        return [entries[index] for index in sorted(set(failed))]
+
+    def size_in_bytes(self, entry: bytes) -> int:
+        """The encoded size of the JSON object."""
+        return len(entry)
+
+    def sizes_in_bytes(self, entries: Sequence[bytes]) -> list[int]:
+        """Vectorised :meth:`size_in_bytes`."""
+        return list(map(len, entries))
+
+    def describe_entry(self, entry: bytes) -> Any:
+        """Dead letters carry the row itself, not its encoding."""
+        try:
+            return json.loads(entry)
+        except ValueError:
+            return entry.decode("utf-8", "replace")
+
+    async def release_resources(self) -> None:
+        """Close the aiohttp session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
