@@ -82,7 +82,11 @@ def open_or_create(
         SchemaMismatchError: the existing table is partitioned differently.
     """
     uri, options = location.uri, location.delta_storage_options()
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    try:
+        exists = DeltaTable.is_deltatable(uri, storage_options=options)
+    except OSError as err:  # wrong credentials, missing bucket, unreachable endpoint
+        raise _not_writable(location, err) from err
+    if not exists:
         if not _is_empty_or_missing(location):
             raise NotATableError(
                 f"{location.uri} holds files but is not a Delta table (no _delta_log). "
@@ -104,7 +108,10 @@ def open_or_create(
             if not DeltaTable.is_deltatable(uri, storage_options=options):
                 raise _not_writable(location, err) from err
             log.info("table %s was created concurrently; using it", location.uri)
-    table = DeltaTable(uri, storage_options=options)
+    try:
+        table = DeltaTable(uri, storage_options=options)
+    except OSError as err:
+        raise _not_writable(location, err) from err
     existing = list(table.metadata().partition_columns)
     if list(partition_by) != existing:
         raise SchemaMismatchError(
