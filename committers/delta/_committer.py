@@ -52,6 +52,7 @@ __all__ = ["DeltaGlobalCommitter"]
 log = logging.getLogger("committers.delta")
 
 DEFAULT_COMMIT_ATTEMPTS = 5
+LOG_CLEANUP_EVERY = 100
 
 
 class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
@@ -66,9 +67,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         * ``clean_up`` deletes staged files of the epoch that no commit references, and never a
           file that a commit of the epoch references.
 
-    The table handle is kept between epochs and advanced incrementally (``update_incremental``),
-    so per-epoch cost does not grow with table history; delta-rs writes log checkpoints at the
-    table's checkpoint interval.
+    Keeping commit cost flat as history grows: the table handle is kept between epochs and
+    advanced incrementally; delta-rs writes a log checkpoint at the table's checkpoint interval;
+    and expired-log cleanup, which delta-rs would otherwise run after *every* commit (a full
+    listing of ``_delta_log``), runs once every ``LOG_CLEANUP_EVERY`` commits instead, still
+    honouring ``delta.enableExpiredLogCleanup`` and ``delta.logRetentionDuration``.
     """
 
     def __init__(
@@ -89,17 +92,22 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._backoff_seconds = backoff_seconds
         self._table: DeltaTable | None = None
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
+        self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
 
     # -- table handle ---------------------------------------------------------------------
 
     def table(self) -> DeltaTable:
         """The table handle, advanced to the latest version."""
-        if self._table is None:
-            self._table = DeltaTable(
-                self._location.uri, storage_options=self._location.delta_storage_options()
-            )
-        else:
-            self._table.update_incremental()
+        if self._table is not None:
+            try:
+                self._table.update_incremental()
+                return self._table
+            except DeltaError as err:
+                # e.g. the handle is older than log files cleaned up since: load afresh.
+                log.info("reloading %s after failed incremental update: %s", self._location, err)
+        self._table = DeltaTable(
+            self._location.uri, storage_options=self._location.delta_storage_options()
+        )
         return self._table
 
     def last_committed_epoch(self, app_id: str) -> int | None:
@@ -112,6 +120,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         table = self.table()
         last = table.transaction_version(epoch.app_id)
         if last is None or last < epoch.epoch_id:
+            self._checked_epoch = _key(epoch)
             return False
         record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
         self._check_same_writer(epoch, record or newest)
@@ -145,7 +154,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             if attempt:
                 time.sleep(self._backoff(attempt))
             try:
-                table = self.table()
+                # Right after is_committed() refreshed the handle for this epoch, a second
+                # refresh would only repeat a listing of the log: a commit of the same app id
+                # landing in between is still caught by delta-rs's conflict check.
+                fresh = attempt == 0 and self._checked_epoch == _key(epoch)
+                table = self._table if fresh and self._table is not None else self.table()
             except (DeltaError, OSError) as err:  # cannot even read the table: try again
                 last_error = err
                 continue
@@ -155,6 +168,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 return
             try:
                 schema = self._evolve_schema(table)
+                read_version = table.version()
                 table.create_write_transaction(
                     [_add_action(f) for f in committable.files],
                     mode="append",
@@ -169,7 +183,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                             COMMIT_RUN_ID: epoch.run_id,
                         },
                     ),
-                    post_commithook_properties=PostCommitHookProperties(create_checkpoint=True),
+                    post_commithook_properties=PostCommitHookProperties(
+                        create_checkpoint=True, cleanup_expired_logs=False
+                    ),
                 )
             except CommitFailedError as err:
                 # delta-rs already retried conflicts with other app ids; what is left is either a
@@ -186,6 +202,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 last_error = err
                 continue
             self._committed_paths[_key(epoch)] = {f.path for f in committable.files}
+            self._checked_epoch = None
+            self._clean_expired_logs(table, committed_version=read_version + 1)
             return
         if isinstance(last_error, CommitConflictError):
             raise last_error
@@ -195,6 +213,23 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             "show it committed. It is safe to restart the query: the batch is replayed and "
             "committed once."
         ) from last_error
+
+    def _clean_expired_logs(self, table: DeltaTable, committed_version: int) -> None:
+        """Every LOG_CLEANUP_EVERY versions, delete log files past the table's log retention.
+
+        ``committed_version`` may be an underestimate after a conflict retry; it only sets the
+        cadence, so no extra listing of the log is spent to learn the exact version.
+        """
+        if committed_version % LOG_CLEANUP_EVERY:
+            return
+        table.update_incremental()
+        enabled = table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true")
+        if str(enabled).lower() == "false":
+            return
+        try:
+            table.cleanup_metadata()
+        except (DeltaError, OSError) as err:  # housekeeping only: never fail a committed batch
+            log.warning("expired-log cleanup of %s failed: %s", self._location, err)
 
     def _evolve_schema(self, table: DeltaTable) -> pa.Schema:
         """The table schema for this commit; in merge mode, first add the input's new columns.

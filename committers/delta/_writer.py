@@ -13,7 +13,9 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +47,40 @@ class _OpenFile:
     pending: list[pa.RecordBatch] = field(default_factory=list)
     pending_rows: int = 0
     pending_bytes: int = 0
-    written_rows: int = 0
+    full: bool = False  # set by the background thread once the file reached its target size
+
+
+class _SerialWorker:
+    """Runs jobs in submission order on one background thread, with at most ``depth`` queued.
+
+    Encoding Parquet and uploading it then overlap with receiving the next Arrow batches from
+    Spark. A job's exception is raised on the submitting thread by a later ``submit`` or by
+    ``drain``. ``depth`` bounds the memory held by queued row groups.
+    """
+
+    def __init__(self, depth: int = 2) -> None:
+        self._depth = depth
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: deque[Future[None]] = deque()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        while self._futures and (self._futures[0].done() or len(self._futures) >= self._depth):
+            self._futures.popleft().result()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-stager")
+        self._futures.append(self._pool.submit(job))
+
+    def drain(self) -> None:
+        while self._futures:
+            self._futures.popleft().result()
+
+    def shutdown(self) -> None:
+        """Wait for queued jobs, ignoring their errors (used on abort)."""
+        while self._futures:
+            with contextlib.suppress(Exception):
+                self._futures.popleft().result()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
 
 class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
@@ -83,7 +118,9 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         self._manifest = manifest_path(context.epoch, context.partition_id, context.attempt_number)
         self._created: list[str] = []
         self._open: dict[tuple[Any, ...], _OpenFile] = {}
-        self._finished: list[StagedFile] = []
+        self._opened: list[_OpenFile] = []  # every file ever opened, for abort
+        self._finished: list[StagedFile] = []  # appended by the background thread
+        self._worker = _SerialWorker()
         self._made_dirs: set[str] = set()
 
     # -- input ---------------------------------------------------------------------------
@@ -159,8 +196,8 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             or current.pending_rows >= self._options.row_group_rows
         ):
             self._flush_row_group(current)
-            if current.stream.tell() >= self._options.target_file_size:
-                self._finish(key)
+        if current.full:
+            self._finish(key)
 
     def _open_file(self, key: tuple[Any, ...], values: dict[str, str | None]) -> _OpenFile:
         if len(self._open) >= self._options.max_open_files:
@@ -194,24 +231,36 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             raise StagingError(f"cannot create staged file {relative!r}: {err}") from err
         opened = _OpenFile(relative, values, stream, writer)
         self._open[key] = opened
+        self._opened.append(opened)
         return opened
 
     def _flush_row_group(self, current: _OpenFile) -> None:
+        """Hand the buffered rows of ``current`` to the background thread as one row group."""
         if not current.pending_rows:
             return
-        table = pa.Table.from_batches(current.pending, schema=current.pending[0].schema)
+        batches = current.pending
+        current.pending, current.pending_rows, current.pending_bytes = [], 0, 0
+        self._worker.submit(lambda: self._write_row_group(current, batches))
+
+    def _write_row_group(self, current: _OpenFile, batches: list[pa.RecordBatch]) -> None:
+        """Background thread: encode and write one row group; flag the file once it is full."""
+        table = pa.Table.from_batches(batches, schema=batches[0].schema)
         try:
             if table.schema.names != self._data_schema.names:  # merge mode: columns absent
                 table = _fill_missing(table, self._data_schema)
             current.writer.write_table(table, row_group_size=table.num_rows)
+            if current.stream.tell() >= self._options.target_file_size:
+                current.full = True
         except OSError as err:
             raise StagingError(f"writing {current.relative_path!r} failed: {err}") from err
-        current.written_rows += table.num_rows
-        current.pending, current.pending_rows, current.pending_bytes = [], 0, 0
 
     def _finish(self, key: tuple[Any, ...]) -> None:
         current = self._open.pop(key)
         self._flush_row_group(current)
+        self._worker.submit(lambda: self._close(current))
+
+    def _close(self, current: _OpenFile) -> None:
+        """Background thread: write the footer, close the file, report it as staged."""
         try:
             current.writer.close()
             size = current.stream.tell()
@@ -237,11 +286,16 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         if flush:
             for key in list(self._open):
                 self._finish(key)
+            self._worker.drain()
         finished, self._finished = self._finished, []
         return finished
 
+    def close(self) -> None:
+        self._worker.shutdown()
+
     def abort(self) -> None:
-        for current in self._open.values():
+        self._worker.shutdown()
+        for current in self._opened:
             for closer in (current.writer.close, current.stream.close):
                 with contextlib.suppress(Exception):  # best effort: the manifest names the file
                     closer()

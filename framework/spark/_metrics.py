@@ -18,7 +18,8 @@ class BatchMetrics:
         app_id: the application identity the commit is keyed by.
         status: ``committed``; ``skipped`` (a replay of a committed batch; nothing written);
             ``delivered`` (at-least-once sink, all requests acknowledged).
-        files, rows, bytes: staged and committed output (0 for skipped batches).
+        files, bytes: committed output (0 for skipped batches and at-least-once sinks).
+        rows: input rows the tasks wrote (committed or delivered; 0 for skipped batches).
         stage_ms: time spent in Spark tasks; commit_ms: time of the commit on the driver.
     """
 

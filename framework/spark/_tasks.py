@@ -9,10 +9,11 @@ import pyarrow as pa
 
 from framework.sink import Epoch, Sink, WriterContext, serialize_versioned
 
-__all__ = ["COMMITTABLE_SCHEMA", "make_task_function"]
+__all__ = ["TASK_RESULT_SCHEMA", "make_task_function"]
 
-COMMITTABLE_SCHEMA = "committable binary"
-_ARROW_SCHEMA = pa.schema([("committable", pa.binary())])
+# One output row per task: its serialized committables and how many input rows it wrote.
+TASK_RESULT_SCHEMA = "committables array<binary>, rows long"
+_ARROW_SCHEMA = pa.schema([("committables", pa.list_(pa.binary())), ("rows", pa.int64())])
 
 
 def make_task_function(
@@ -20,10 +21,10 @@ def make_task_function(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function Spark ships to every task: write all batches, then emit committables.
 
-    Committables are emitted only after the writer has flushed everything, as one Arrow batch at
-    the end of the task, so a task that fails emits nothing and its attempt contributes nothing
-    to the commit. On failure the writer's ``abort`` runs (best effort) and the error propagates
-    so Spark retries the task.
+    Committables (and the task's input row count) are emitted only after the writer has flushed
+    everything, as one row at the end of the task, so a task that fails emits nothing and its
+    attempt contributes nothing to the commit. On failure the writer's ``abort`` runs (best
+    effort) and the error propagates so Spark retries the task.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -37,8 +38,10 @@ def make_task_function(
             task_attempt_id=task.taskAttemptId() if task else 0,
         )
         writer = sink.create_writer(context)
+        rows = 0
         try:
             for batch in batches:
+                rows += batch.num_rows
                 writer.write(batch)
             committables = writer.prepare_commit(True)
         except BaseException:
@@ -51,6 +54,9 @@ def make_task_function(
             payload: list[bytes] = []
         else:
             payload = [serialize_versioned(serializer, c) for c in committables]
-        yield pa.RecordBatch.from_arrays([pa.array(payload, pa.binary())], schema=_ARROW_SCHEMA)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([payload], _ARROW_SCHEMA.field(0).type), pa.array([rows], pa.int64())],
+            schema=_ARROW_SCHEMA,
+        )
 
     return run

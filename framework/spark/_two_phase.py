@@ -19,7 +19,7 @@ from framework.sink import Epoch, GlobalCommitter, Sink, deserialize_versioned
 from framework.spark._checkpoint import read_checkpoint, save_epoch_offset
 from framework.spark._errors import translate_task_error
 from framework.spark._metrics import BatchMetrics
-from framework.spark._tasks import COMMITTABLE_SCHEMA, make_task_function
+from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -240,12 +240,16 @@ class TwoPhaseSink:
         log.warning("checkpoint reset for app id %r: batch ids continue at %d", app_id, last + 1)
         return last + 1
 
-    def _stage(self, df: DataFrame, epoch: Epoch) -> list[Any]:
+    def _stage(self, df: DataFrame, epoch: Epoch) -> tuple[list[Any], int]:
+        """Run the writers; return the committables of successful attempts and rows written."""
         serializer = self.sink.committable_serializer()
-        rows = df.mapInArrow(make_task_function(self.sink, epoch), COMMITTABLE_SCHEMA).collect()
+        results = df.mapInArrow(make_task_function(self.sink, epoch), TASK_RESULT_SCHEMA).collect()
+        rows = sum(r.rows for r in results)
         if serializer is None:
-            return []
-        return [deserialize_versioned(serializer, bytes(r.committable)) for r in rows]
+            return [], rows
+        return [
+            deserialize_versioned(serializer, bytes(c)) for r in results for c in r.committables
+        ], rows
 
     def _run_epoch(
         self,
@@ -262,12 +266,14 @@ class TwoPhaseSink:
         started = time.perf_counter()
         try:
             try:
-                committables = self._stage(df, epoch)
+                committables, rows = self._stage(df, epoch)
             except Exception as err:
                 raise translate_task_error(err) from None
             staged = time.perf_counter()
             if committer is None:
-                return self._record(batch_id, epoch, "delivered", [], staged - started, 0.0)
+                return self._record(
+                    batch_id, epoch, "delivered", [], staged - started, 0.0, rows=rows
+                )
             self._commit(committer, epoch, committables)
         except CommitStateUnknownError:
             raise  # leave staged files: the replay of this batch reconciles and cleans up
@@ -283,7 +289,13 @@ class TwoPhaseSink:
         committed = time.perf_counter()
         committer.clean_up(epoch)
         return self._record(
-            batch_id, epoch, "committed", committables, staged - started, committed - staged
+            batch_id,
+            epoch,
+            "committed",
+            committables,
+            staged - started,
+            committed - staged,
+            rows=rows,
         )
 
     def _commit(
@@ -317,6 +329,8 @@ class TwoPhaseSink:
         committables: list[Any],
         stage_seconds: float,
         commit_seconds: float,
+        *,
+        rows: int = 0,
     ) -> BatchMetrics:
         metrics = BatchMetrics(
             batch_id=batch_id,
@@ -324,7 +338,7 @@ class TwoPhaseSink:
             app_id=epoch.app_id,
             status=status,
             files=len(committables),
-            rows=sum(getattr(c, "num_records", 0) for c in committables),
+            rows=rows,
             bytes=sum(getattr(c, "size", 0) for c in committables),
             stage_ms=stage_seconds * 1000,
             commit_ms=commit_seconds * 1000,
