@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
-import time
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -23,10 +21,11 @@ from deltalake import (
     PostCommitHookProperties,
     Transaction,
 )
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction
 
 from committers.delta._committable import DeltaCommittable, StagedFile
+from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._schema import SchemaMode, merge_schemas
 from committers.delta._staging import STAGING_DIR, epoch_staging_dir, read_manifests
 from committers.delta._storage import TableLocation
@@ -41,7 +40,6 @@ from committers.delta._table import (
     table_schema,
 )
 from framework.errors import (
-    CommitConflictError,
     CommitStateUnknownError,
     ConcurrentWriterError,
 )
@@ -51,7 +49,7 @@ __all__ = ["DeltaGlobalCommitter"]
 
 log = logging.getLogger("committers.delta")
 
-DEFAULT_COMMIT_ATTEMPTS = 5
+COMMIT_BACKOFF = Backoff(max_attempts=5, initial_delay=0.2, max_delay=5.0, deadline=60.0)
 LOG_CLEANUP_EVERY = 100
 
 
@@ -63,7 +61,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         * if another instance sharing the app id committed the epoch, ``ConcurrentWriterError``
           is raised instead of silently skipping (which would lose this instance's rows);
         * an I/O failure during a commit is reconciled by re-reading the txn on a fresh
-          snapshot; after ``commit_attempts`` unresolved tries ``CommitStateUnknownError``;
+          snapshot (never by a blind retry); if that stays impossible within ``backoff``,
+          ``CommitStateUnknownError``;
         * ``clean_up`` deletes staged files of the epoch that no commit references, and never a
           file that a commit of the epoch references.
 
@@ -81,15 +80,13 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         partition_by: Sequence[str],
         schema: pa.Schema,
         schema_mode: SchemaMode,
-        commit_attempts: int = DEFAULT_COMMIT_ATTEMPTS,
-        backoff_seconds: float = 0.2,
+        backoff: Backoff = COMMIT_BACKOFF,
     ) -> None:
         self._location = location
         self._partition_by = list(partition_by)
         self._input_schema = schema
         self._schema_mode = schema_mode
-        self._commit_attempts = commit_attempts
-        self._backoff_seconds = backoff_seconds
+        self._backoff = backoff
         self._table: DeltaTable | None = None
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
@@ -148,71 +145,76 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         return []
 
     def _commit_one(self, committable: DeltaCommittable) -> None:
+        """Commit once: retried with backoff, an unknown outcome reconciled through the txn."""
         epoch = committable.epoch
-        last_error: BaseException | None = None
-        for attempt in range(self._commit_attempts):
-            if attempt:
-                time.sleep(self._backoff(attempt))
-            try:
-                # Right after is_committed() refreshed the handle for this epoch, a second
-                # refresh would only repeat a listing of the log: a commit of the same app id
-                # landing in between is still caught by delta-rs's conflict check.
-                fresh = attempt == 0 and self._checked_epoch == _key(epoch)
-                table = self._table if fresh and self._table is not None else self.table()
-            except (DeltaError, OSError) as err:  # cannot even read the table: try again
-                last_error = err
-                continue
-            last = table.transaction_version(epoch.app_id)
-            if last is not None and last >= epoch.epoch_id:
-                self._reconcile(table, epoch)
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            # Right after is_committed() refreshed the handle for this epoch, a second refresh
+            # would only repeat a listing of the log: a commit of the same app id landing in
+            # between is still caught by delta-rs's conflict check.
+            if attempts == 1 and self._checked_epoch == _key(epoch) and self._table is not None:
+                table = self._table
+            else:
+                table = self.table()
+            if self._holds(table, epoch):  # committed before (delta-rs would commit it again)
                 return
-            try:
-                schema = self._evolve_schema(table)
-                read_version = table.version()
-                table.create_write_transaction(
-                    [_add_action(f) for f in committable.files],
-                    mode="append",
-                    schema=schema,
-                    partition_by=self._partition_by or None,
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
-                        custom_metadata={
-                            COMMIT_APP_ID: epoch.app_id,
-                            COMMIT_EPOCH_ID: str(epoch.epoch_id),
-                            COMMIT_WRITER: epoch.writer_identity,
-                            COMMIT_RUN_ID: epoch.run_id,
-                        },
-                    ),
-                    post_commithook_properties=PostCommitHookProperties(
-                        create_checkpoint=True, cleanup_expired_logs=False
-                    ),
-                )
-            except CommitFailedError as err:
-                # delta-rs already retried conflicts with other app ids; what is left is either a
-                # concurrent commit of the same app id (checked at the top of the next attempt)
-                # or exhausted retries under heavy contention.
-                last_error = CommitConflictError(
-                    f"commit of batch {epoch.epoch_id} conflicted: {err}"
-                )
-                last_error.__cause__ = err
-                continue
-            except (DeltaError, OSError) as err:
-                # The log entry may or may not have been written: reconcile through the txn.
-                log.warning("commit of batch %s failed, reconciling: %s", epoch.epoch_id, err)
-                last_error = err
-                continue
+            schema = self._evolve_schema(table)
+            read_version = table.version()
+            table.create_write_transaction(
+                [_add_action(f) for f in committable.files],
+                mode="append",
+                schema=schema,
+                partition_by=self._partition_by or None,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
+                    custom_metadata={
+                        COMMIT_APP_ID: epoch.app_id,
+                        COMMIT_EPOCH_ID: str(epoch.epoch_id),
+                        COMMIT_WRITER: epoch.writer_identity,
+                        COMMIT_RUN_ID: epoch.run_id,
+                    },
+                ),
+                post_commithook_properties=PostCommitHookProperties(
+                    create_checkpoint=True, cleanup_expired_logs=False
+                ),
+            )
             self._committed_paths[_key(epoch)] = {f.path for f in committable.files}
-            self._checked_epoch = None
             self._clean_expired_logs(table, committed_version=read_version + 1)
-            return
-        if isinstance(last_error, CommitConflictError):
-            raise last_error
-        raise CommitStateUnknownError(
-            f"could not commit batch {epoch.epoch_id} of app id {epoch.app_id!r} to "
-            f"{self._location.uri} after {self._commit_attempts} attempts, and the table does not "
-            "show it committed. It is safe to restart the query: the batch is replayed and "
-            "committed once."
-        ) from last_error
+
+        try:
+            commit_with_reconciliation(
+                attempt,
+                is_committed=lambda: self._holds(self.table(), epoch),
+                backoff=self._backoff,
+                description=f"commit of batch {epoch.epoch_id} of {epoch.app_id!r}",
+            )
+        except CommitStateUnknownError as err:
+            raise CommitStateUnknownError(
+                f"could not establish whether batch {epoch.epoch_id} of app id "
+                f"{epoch.app_id!r} was committed to {self._location.uri}: {err}. Restarting the "
+                "query is safe: the batch is replayed, found in the table or committed once."
+            ) from err.__cause__
+        finally:
+            self._checked_epoch = None
+
+    def _holds(self, table: DeltaTable, epoch: Epoch) -> bool:
+        """Whether ``table`` already holds ``epoch`` (before a commit, or to reconcile one).
+
+        Raises ``ConcurrentWriterError`` if another writer committed it. If an earlier attempt
+        of this run landed, its files are what clean-up must keep.
+        """
+        last = table.transaction_version(epoch.app_id)
+        if last is None or last < epoch.epoch_id:
+            return False
+        record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
+        self._check_same_writer(epoch, record or newest)
+        if record is not None and record.run_id == epoch.run_id:
+            self._committed_paths[_key(epoch)] = added_paths(self._location, record.version)
+        log.info("batch %s of %r is already in the table", epoch.epoch_id, epoch.app_id)
+        return True
 
     def _clean_expired_logs(self, table: DeltaTable, committed_version: int) -> None:
         """Every LOG_CLEANUP_EVERY versions, delete log files past the table's log retention.
@@ -246,19 +248,6 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             table.update_incremental()
             log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
         return merged
-
-    def _reconcile(self, table: DeltaTable, epoch: Epoch) -> None:
-        """The txn shows the epoch committed: by us (an earlier attempt whose answer was lost),
-        by an earlier run of this writer, or by another writer (an error)."""
-        record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
-        self._check_same_writer(epoch, record or newest)
-        if record is not None and record.run_id == epoch.run_id:
-            self._committed_paths[_key(epoch)] = added_paths(self._location, record.version)
-        log.info("batch %s of %r is already in the table", epoch.epoch_id, epoch.app_id)
-
-    def _backoff(self, attempt: int) -> float:
-        cap = self._backoff_seconds * (2 ** min(attempt, 6))
-        return random.uniform(cap / 2, cap)
 
     # -- staged files ---------------------------------------------------------------------
 

@@ -252,17 +252,16 @@ def classify_delta_commit_error(err: BaseException) -> Verdict:
     * ``OSError`` (an object-store error that survived delta-rs's own retries, e.g. the
       connection dropped after the log entry was sent) -> ``UNKNOWN``;
     * ``CommitFailedError`` (a conflict delta-rs did not resolve; also what an internal retry
-      of our own, already landed, conditional PUT turns into) -> ``UNKNOWN``;
-    * anything else (protocol, schema, bad arguments, table missing) -> ``FAIL``.
+      of our own, already landed, conditional PUT turns into) and other ``DeltaError``s
+      (e.g. a handle older than cleaned-up log files) -> ``UNKNOWN``;
+    * protocol and schema errors, and anything else (bad arguments, our own errors) -> ``FAIL``.
     """
-    try:
-        from deltalake.exceptions import CommitFailedError
-    except ImportError:  # pragma: no cover - deltalake is a dependency
-        CommitFailedError = ()  # type: ignore[assignment,misc]
-    if isinstance(err, CommitFailedError):
-        return Verdict.UNKNOWN
-    if isinstance(err, OSError):
-        return Verdict.UNKNOWN
+    from deltalake.exceptions import DeltaError, DeltaProtocolError, SchemaMismatchError
+
+    if isinstance(err, (DeltaProtocolError, SchemaMismatchError)):
+        return Verdict.FAIL  # the table refuses this commit: no retry can change that
+    if isinstance(err, (DeltaError, OSError)):
+        return Verdict.UNKNOWN  # includes CommitFailedError; reading the txn settles it
     return Verdict.FAIL
 
 

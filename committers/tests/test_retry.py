@@ -154,14 +154,22 @@ def test_custom_retryable_sets() -> None:
 
 
 def test_delta_commit_classifier() -> None:
-    from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError
+    from deltalake.exceptions import (
+        CommitFailedError,
+        DeltaError,
+        DeltaProtocolError,
+        SchemaMismatchError,
+    )
 
     assert classify_delta_commit_error(CommitFailedError("Concurrent transaction")) is (
         Verdict.UNKNOWN
     )
     assert classify_delta_commit_error(OSError("Generic S3 error")) is Verdict.UNKNOWN
     assert classify_delta_commit_error(DeltaProtocolError("x")) is Verdict.FAIL
-    assert classify_delta_commit_error(DeltaError("x")) is Verdict.FAIL
+    assert classify_delta_commit_error(SchemaMismatchError("x")) is Verdict.FAIL
+    # e.g. "Invalid table version" from a handle older than cleaned-up log files: the txn
+    # decides whether the commit landed, so it is reconciled, not failed or blindly repeated.
+    assert classify_delta_commit_error(DeltaError("x")) is Verdict.UNKNOWN
     assert classify_delta_commit_error(ValueError("x")) is Verdict.FAIL
 
 
