@@ -5,7 +5,11 @@ p50 / p95 of (a) the commit itself and (b) the whole driver overhead of a batch 
 commit + staging cleanup). No Spark needed: the committables are real Parquet files staged
 through the sink's own writer.
 
-Usage: python benchmarks/commit_latency.py [BATCHES_PER_POINT]
+With ``--s3`` the same runs go to the integration suite's S3 server (an external endpoint from
+``SINK_TEST_S3_ENDPOINT``, MinIO through Docker, or a local SeaweedFS), where delta-rs lists the
+log with a start-after offset instead of reading the whole ``_delta_log`` directory.
+
+Usage: python benchmarks/commit_latency.py [BATCHES_PER_POINT] [--s3]
 """
 
 from __future__ import annotations
@@ -47,13 +51,12 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def main() -> None:
-    batches = int(sys.argv[1]) if len(sys.argv) > 1 else 40
-    work = Path(tempfile.mkdtemp(prefix="commit-bench-"))
-    print(f"machine: {machine()}; {batches} batches per point")
+def run(table_root: str, storage_options: dict[str, str] | None, batches: int) -> None:
     results = {}
     for history in (10, 1000):
-        sink = DeltaSink(str(work / f"t{history}"), app_id="bench")
+        sink = DeltaSink(
+            f"{table_root}/t{history}", app_id="bench", storage_options=storage_options
+        )
         sink.prepare(SCHEMA)
         committer = sink.create_global_committer()
         epoch_id = 0
@@ -91,7 +94,25 @@ def main() -> None:
         large = statistics.median(results[(1000, file_count)][0])
         ratio = large / small
         print(f"{file_count} files: p50 at 1,000 versions / p50 at 10 versions = {ratio:.2f}")
-    shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    batches = int(args[0]) if args else 40
+    print(f"machine: {machine()}; {batches} batches per point")
+    if "--s3" in sys.argv:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from integration_tests._s3server import s3_server
+
+        with s3_server() as server:
+            bucket = server.create_bucket()
+            run(f"s3://{bucket}/bench", server.storage_options(), batches)
+        return
+    work = Path(tempfile.mkdtemp(prefix="commit-bench-"))
+    try:
+        run(str(work), None, batches)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -42,14 +42,6 @@ class DeltaCommittable:
     epoch: Epoch
     files: tuple[StagedFile, ...]
 
-    @property
-    def num_records(self) -> int:
-        return sum(f.num_records for f in self.files)
-
-    @property
-    def num_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
 
 class StagedFileSerializer:
     """JSON serializer for :class:`StagedFile`.

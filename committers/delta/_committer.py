@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 from deltalake import (
@@ -21,13 +22,18 @@ from deltalake import (
     PostCommitHookProperties,
     Transaction,
 )
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction
 
 from committers.delta._committable import DeltaCommittable, StagedFile
 from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._schema import SchemaMode, merge_schemas
-from committers.delta._staging import STAGING_DIR, epoch_staging_dir, read_manifests
+from committers.delta._staging import (
+    STAGING_DIR,
+    epoch_staging_dir,
+    is_run_manifest,
+    read_manifests,
+)
 from committers.delta._storage import TableLocation
 from committers.delta._table import (
     COMMIT_APP_ID,
@@ -40,6 +46,7 @@ from committers.delta._table import (
     table_schema,
 )
 from framework.errors import (
+    CommitConflictError,
     CommitStateUnknownError,
     ConcurrentWriterError,
 )
@@ -69,7 +76,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     Keeping commit cost flat as history grows: the table handle is kept between epochs and
     advanced incrementally; delta-rs writes a log checkpoint at the table's checkpoint interval;
     and expired-log cleanup, which delta-rs would otherwise run after *every* commit (a full
-    listing of ``_delta_log``), runs once every ``LOG_CLEANUP_EVERY`` commits instead, still
+    listing of ``_delta_log``), runs once every ``log_cleanup_every`` commits instead, still
     honouring ``delta.enableExpiredLogCleanup`` and ``delta.logRetentionDuration``.
     """
 
@@ -81,12 +88,14 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         schema: pa.Schema,
         schema_mode: SchemaMode,
         backoff: Backoff = COMMIT_BACKOFF,
+        log_cleanup_every: int = LOG_CLEANUP_EVERY,
     ) -> None:
         self._location = location
         self._partition_by = list(partition_by)
         self._input_schema = schema
         self._schema_mode = schema_mode
         self._backoff = backoff
+        self._log_cleanup_every = log_cleanup_every
         self._table: DeltaTable | None = None
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
@@ -126,13 +135,22 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     def _check_same_writer(self, epoch: Epoch, record: CommitRecord | None) -> None:
         if record is None or record.writer_identity in (None, epoch.writer_identity):
             return
-        raise ConcurrentWriterError(
-            f"app id {epoch.app_id!r} is used by two writers: batch {epoch.epoch_id} (or a later "
-            f"one) was committed at table version {record.version} by writer "
-            f"{record.writer_identity!r}, not by this one ({epoch.writer_identity!r}). Skipping "
-            "it would lose this writer's rows; give each query its own app_id, or stop the "
-            "other query."
-        )
+        if record.epoch_id is not None and record.epoch_id != epoch.epoch_id:
+            situation = (
+                f"the table already holds batch {record.epoch_id} of it (table version "
+                f"{record.version}, writer {record.writer_identity!r}), so batch "
+                f"{epoch.epoch_id} of this writer ({epoch.writer_identity!r}) would be skipped. "
+                "Epoch ids must increase per app id; if another query shares the app id, give "
+                "each query its own app_id."
+            )
+        else:
+            situation = (
+                f"batch {epoch.epoch_id} was committed at table version {record.version} by "
+                f"writer {record.writer_identity!r}, not by this one ({epoch.writer_identity!r})."
+                " Skipping it would lose this writer's rows; give each query its own app_id, or "
+                "stop the other query."
+            )
+        raise ConcurrentWriterError(f"app id {epoch.app_id!r} is used by two writers: {situation}")
 
     def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:
         return DeltaCommittable(
@@ -192,6 +210,13 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 description=f"commit of batch {epoch.epoch_id} of {epoch.app_id!r}",
             )
         except CommitStateUnknownError as err:
+            if isinstance(err.__cause__, CommitFailedError):
+                # delta-rs refused the last attempt (its conditional PUT lost) and the txn
+                # confirmed nothing landed: a definite failure under contention, not "unknown".
+                raise CommitConflictError(
+                    f"batch {epoch.epoch_id} of app id {epoch.app_id!r} lost every commit race "
+                    f"on {self._location.uri}; nothing was committed and restarting is safe."
+                ) from err.__cause__
             raise CommitStateUnknownError(
                 f"could not establish whether batch {epoch.epoch_id} of app id "
                 f"{epoch.app_id!r} was committed to {self._location.uri}: {err}. Restarting the "
@@ -217,20 +242,20 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         return True
 
     def _clean_expired_logs(self, table: DeltaTable, committed_version: int) -> None:
-        """Every LOG_CLEANUP_EVERY versions, delete log files past the table's log retention.
+        """Every ``log_cleanup_every`` versions, delete log files past the table's log retention.
 
         ``committed_version`` may be an underestimate after a conflict retry; it only sets the
-        cadence, so no extra listing of the log is spent to learn the exact version.
+        cadence, so no extra listing of the log is spent to learn the exact version. Runs after
+        the commit landed, so it never fails the batch.
         """
-        if committed_version % LOG_CLEANUP_EVERY:
-            return
-        table.update_incremental()
-        enabled = table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true")
-        if str(enabled).lower() == "false":
+        if committed_version % self._log_cleanup_every:
             return
         try:
-            table.cleanup_metadata()
-        except (DeltaError, OSError) as err:  # housekeeping only: never fail a committed batch
+            table.update_incremental()
+            config = table.metadata().configuration
+            if str(config.get("delta.enableExpiredLogCleanup", "true")).lower() != "false":
+                table.cleanup_metadata()
+        except (DeltaError, OSError) as err:  # housekeeping only
             log.warning("expired-log cleanup of %s failed: %s", self._location, err)
 
     def _evolve_schema(self, table: DeltaTable) -> pa.Schema:
@@ -251,46 +276,62 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
 
     # -- staged files ---------------------------------------------------------------------
 
-    def _committed_files(self, epoch: Epoch) -> set[str] | None:
-        """Files the table's commit of ``epoch`` references; empty if not committed; ``None``
-        when the epoch is committed but its commit cannot be found (then nothing is deleted)."""
+    def _committed_files(self, epoch: Epoch) -> tuple[bool, set[str] | None]:
+        """(is ``epoch`` committed, the files its commit references). The files are ``None``
+        when the epoch is committed but its commit is no longer in recent history."""
         known = self._committed_paths.get(_key(epoch))
         if known is not None:
-            return known
+            return True, known
         table = self.table()
         last = table.transaction_version(epoch.app_id)
         if last is None or last < epoch.epoch_id:
-            return set()
+            return False, set()
         record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
-        if record is None:
-            return None
-        return added_paths(self._location, record.version)
+        return True, None if record is None else added_paths(self._location, record.version)
 
     def clean_up(self, epoch: Epoch) -> None:
-        """Delete the epoch's staged files that no commit references, then its manifests."""
-        manifests, staged = read_manifests(self._location, epoch)
+        """Delete staged files of ``epoch`` that no commit references, then their manifests.
+
+        Once the epoch is committed, leftovers of *every* run of it are deleted (failed task
+        attempts, a crashed earlier run, a zombie's copy). While it is not committed, only this
+        run's own staging is deleted: another run of the same writer (a zombie driver, a
+        concurrent re-run of a bounded write) may still be about to commit its files.
+        """
+        manifests = read_manifests(self._location, epoch)
+        committed, committed_files = self._committed_files(epoch)
+        self._committed_paths.pop(_key(epoch), None)
         if not manifests:
-            self._committed_paths.pop(_key(epoch), None)
             return
-        committed = self._committed_files(epoch)
-        if committed is None:
+        if committed_files is None:
             log.warning(
                 "batch %s is committed but its commit is not in recent history; leaving its "
                 "staged files for remove_orphan_files()",
                 epoch.epoch_id,
             )
             return
+        if not committed:
+            manifests = {m: f for m, f in manifests.items() if is_run_manifest(m, epoch)}
+        orphans = set().union(*manifests.values()) - committed_files
         fs = self._location.filesystem()
-        for relative in sorted(staged - committed):
-            with contextlib.suppress(FileNotFoundError):
-                fs.rm(self._location.path(relative))
-        fs.rm(self._location.path(epoch_staging_dir(epoch)), recursive=True)
-        self._committed_paths.pop(_key(epoch), None)
+        _delete(fs, [self._location.path(relative) for relative in sorted(orphans)])
+        _delete(fs, sorted(manifests))
         _remove_empty_parents(self._location, epoch_staging_dir(epoch))
 
     def abort(self, epoch: Epoch) -> None:
         """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
         self.clean_up(epoch)
+
+
+def _delete(fs: Any, paths: list[str]) -> None:
+    """Delete ``paths`` (one batched request on object stores); missing ones are fine."""
+    if not paths:
+        return
+    try:
+        fs.rm(paths)
+    except FileNotFoundError:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(path)
 
 
 def _key(epoch: Epoch) -> tuple[str, str, int]:
@@ -318,7 +359,7 @@ def _remove_empty_parents(location: TableLocation, relative: str) -> None:
         parts.pop()
         path = location.path("/".join(parts))
         try:
-            if fs.ls(path, detail=False) or "/".join(parts) == STAGING_DIR:
+            if "/".join(parts) == STAGING_DIR or fs.ls(path, detail=False):
                 return
             fs.rmdir(path)
         except OSError:

@@ -10,13 +10,22 @@ Delta readers ignore directories whose name starts with ``_``.
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Iterable
 from urllib.parse import quote
 
 from committers.delta._storage import TableLocation
 from framework.sink import Epoch
 
-__all__ = ["STAGING_DIR", "epoch_staging_dir", "manifest_path", "read_manifests", "write_manifest"]
+__all__ = [
+    "STAGING_DIR",
+    "epoch_staging_dir",
+    "is_run_manifest",
+    "manifest_path",
+    "read_manifests",
+    "write_manifest",
+]
 
 STAGING_DIR = "_sink_staging"
 
@@ -37,36 +46,58 @@ def epoch_staging_dir(epoch: Epoch) -> str:
     )
 
 
-def manifest_path(epoch: Epoch, partition_id: int, attempt_number: int) -> str:
-    """Manifest of one task attempt, relative to the table root."""
-    name = f"{epoch.run_id}-{partition_id:05d}-{attempt_number}.json"
+def manifest_path(epoch: Epoch, partition_id: int, task_attempt_id: int) -> str:
+    """Manifest of one task attempt, relative to the table root.
+
+    Spark's task attempt id is unique within the application (``attemptNumber`` restarts at 0
+    when a stage is resubmitted while a zombie attempt may still run), and the run id tells the
+    driver-side runs of one epoch apart.
+    """
+    name = f"{epoch.run_id}-{partition_id:05d}-{task_attempt_id}.json"
     return f"{epoch_staging_dir(epoch)}/{name}"
 
 
+def is_run_manifest(manifest: str, epoch: Epoch) -> bool:
+    """Whether ``manifest`` (any path form) was written by ``epoch``'s run."""
+    return manifest.rsplit("/", 1)[-1].startswith(f"{epoch.run_id}-")
+
+
 def write_manifest(location: TableLocation, relative: str, files: Iterable[str]) -> None:
-    """(Re)write a manifest listing ``files`` (paths relative to the table root)."""
+    """(Re)write a manifest listing ``files`` (paths relative to the table root).
+
+    Never leaves a truncated manifest: object stores replace an object atomically, and on a
+    local file system the manifest is written to a temporary name and renamed.
+    """
     fs = location.filesystem()
     path = location.path(relative)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "wb") as out:
-        out.write(json.dumps({"files": sorted(files)}).encode())
+    body = json.dumps({"files": sorted(files)}).encode()
+    if not location.is_local:
+        fs.pipe_file(path, body)
+        return
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(temporary, "wb") as out:
+        out.write(body)
+    os.replace(temporary, path)
 
 
-def read_manifests(location: TableLocation, epoch: Epoch) -> tuple[list[str], set[str]]:
-    """Return (manifest paths, data files they list) for ``epoch``; empty when none exist."""
+def read_manifests(location: TableLocation, epoch: Epoch) -> dict[str, set[str]]:
+    """Map each manifest (fsspec path) of ``epoch``'s writer to the data files it lists."""
     fs = location.filesystem()
     directory = location.path(epoch_staging_dir(epoch))
     try:
-        manifests = [p for p in fs.ls(directory, detail=False) if p.endswith(".json")]
+        entries = fs.ls(directory, detail=False)
     except FileNotFoundError:
-        return [], set()
-    files: set[str] = set()
-    for manifest in manifests:
+        return {}
+    manifests: dict[str, set[str]] = {}
+    for manifest in entries:
+        if not manifest.endswith(".json"):
+            continue
         try:
             with fs.open(manifest, "rb") as src:
-                files.update(json.loads(src.read())["files"])
-        except (FileNotFoundError, ValueError, KeyError):
-            # A manifest cut short by a crash: its files were never reported, so they are
-            # orphans the retention-based cleanup removes; nothing here is committed data.
-            continue
-    return manifests, files
+                manifests[manifest] = set(json.loads(src.read())["files"])
+        except FileNotFoundError:
+            continue  # removed meanwhile by a concurrent clean-up
+        except (ValueError, KeyError):
+            manifests[manifest] = set()  # unreadable: its files are left to remove_orphan_files
+    return manifests

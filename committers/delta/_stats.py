@@ -35,7 +35,9 @@ def _json_value(value: Any, arrow_type: pa.DataType, is_max: bool) -> Any:
     if isinstance(value, int):
         return value
     if isinstance(value, decimal.Decimal):
-        return float(value) if abs(value.adjusted()) < 15 else None
+        # JSON numbers are read back as doubles: only state values a double holds exactly.
+        exact = value.is_finite() and len(value.as_tuple().digits) <= 15
+        return float(value) if exact else None
     if isinstance(value, datetime.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)

@@ -19,6 +19,7 @@ from committers.delta._staging import STAGING_DIR
 from committers.delta._storage import TableLocation
 from framework.errors import (
     ConfigurationError,
+    DestinationError,
     LocationNotWritableError,
     NotATableError,
     SchemaMismatchError,
@@ -224,13 +225,17 @@ def remove_orphan_files(
     """Delete files under the table root that no table version references and that are older
     than ``retention_seconds``; return their relative paths.
 
-    Considered: data files outside ``_delta_log`` and our staging manifests. Never deleted: any
-    file named by a commit or checkpoint still in the log (added or tombstoned), the log itself,
-    and anything younger than the retention (it may belong to a batch still being written).
+    Considered: Parquet data files outside ``_delta_log`` and hidden directories, and our
+    staging manifests. Never deleted: any file named by a commit or checkpoint still in the log
+    (added or tombstoned), any other kind of file (the log, deletion vectors, files that are not
+    the table's), files younger than the retention, and files listed by a staging manifest
+    younger than the retention (a writer may still be about to commit them).
 
     Raises:
         ConfigurationError: retention shorter than an hour without the explicit override; a short
             retention can delete files a running writer has staged but not committed yet.
+        DestinationError: the table uses deletion vectors or v2 checkpoints, whose references
+            this cleanup does not read; it refuses rather than risk deleting live files.
     """
     if retention_seconds < MIN_ORPHAN_RETENTION_SECONDS and not unsafe_allow_short_retention:
         raise ConfigurationError(
@@ -239,24 +244,46 @@ def remove_orphan_files(
             "committed yet could be deleted. Use a longer retention, or pass "
             "unsafe_allow_short_retention=True when no writer is running."
         )
+    table = DeltaTable(location.uri, storage_options=location.delta_storage_options())
+    features = set(table.protocol().reader_features or [])
+    unsupported = features & {"deletionVectors", "v2Checkpoint"}
+    if unsupported:
+        raise DestinationError(
+            f"{location.uri} uses {', '.join(sorted(unsupported))}; remove_orphan_files does "
+            "not read those references and will not risk deleting live files. Use the VACUUM "
+            "of an engine that supports them."
+        )
     fs = location.filesystem()
     root = location.path().rstrip("/")
     referenced = _referenced_paths(location)
     cutoff = time.time() - retention_seconds
-    removed: list[str] = []
+    candidates: dict[str, str] = {}  # relative -> full path
     for full, info in fs.find(root, detail=True).items():
         relative = full[len(root) + 1 :] if full.startswith(root + "/") else full
         top = relative.split("/", 1)[0]
-        if top == "_delta_log" or (top.startswith((".", "_")) and top != STAGING_DIR):
+        if top == STAGING_DIR:
+            if _mtime(info) > cutoff and relative.endswith(".json"):
+                referenced |= _listed_in_manifest(fs, full)  # a writer may still commit these
+            elif _mtime(info) <= cutoff:
+                candidates[relative] = full
             continue
-        if relative in referenced:
+        if top.startswith((".", "_")) or not relative.endswith(".parquet"):
             continue
-        if _mtime(info) > cutoff:
-            continue
-        removed.append(relative)
-        if not dry_run:
-            fs.rm(full)
-    return sorted(removed)
+        if _mtime(info) <= cutoff:
+            candidates[relative] = full
+    removed = sorted(r for r in candidates if r not in referenced)
+    if not dry_run:
+        for relative in removed:
+            fs.rm(candidates[relative])
+    return removed
+
+
+def _listed_in_manifest(fs: Any, manifest: str) -> set[str]:
+    try:
+        with fs.open(manifest, "rb") as src:
+            return set(json.loads(src.read())["files"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return set()
 
 
 def _mtime(info: Mapping[str, Any]) -> float:

@@ -115,7 +115,7 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         )
         self._non_nullable = [f.name for f in table_schema if not f.nullable]
         self._options = options
-        self._manifest = manifest_path(context.epoch, context.partition_id, context.attempt_number)
+        self._manifest = manifest_path(context.epoch, context.partition_id, context.task_attempt_id)
         self._created: list[str] = []
         self._open: dict[tuple[Any, ...], _OpenFile] = {}
         self._opened: list[_OpenFile] = []  # every file ever opened, for abort
@@ -165,6 +165,8 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             encoded = pc.dictionary_encode(batch.column(name), null_encoding="encode")
             indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
             codes = codes * max(len(encoded.dictionary), 1) + indices
+            if len(self._partition_by) > 2:  # keep codes dense so the products cannot overflow
+                codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)
         if codes.size and (codes == codes[0]).all():
             order: np.ndarray | None = None
             bounds = [0, batch.num_rows]

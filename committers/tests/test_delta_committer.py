@@ -17,6 +17,7 @@ from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
     batch,
+    committed_files,
     data_files_on_disk,
     epoch,
     ids,
@@ -311,3 +312,160 @@ def test_remove_orphan_files_refuses_a_short_retention(tmp_path):
     sink = make_sink(tmp_path)
     with pytest.raises(ConfigurationError, match="shorter than"):
         sink.remove_orphan_files(retention=datetime.timedelta(minutes=5))
+
+
+def test_remove_orphan_files_spares_files_of_a_live_writer_and_foreign_files(tmp_path):
+    sink = make_sink(tmp_path)
+    commit_epoch(sink, epoch(0), [day_batch(0, 10)])
+    live = stage(sink, epoch(1, writer="still-running"), [day_batch(10, 20)])
+    root = tmp_path / "t"
+    foreign = root / "notes.txt"
+    foreign.write_text("not the table's")
+    for f in live:  # old data files, but their writer's manifest is fresh: it may still commit
+        _age(root / f.path, 3 * 86400)
+    _age(foreign, 3 * 86400)
+    assert sink.remove_orphan_files(retention=datetime.timedelta(days=1)) == []
+    assert {f.path for f in live} <= data_files_on_disk(sink.table_uri)
+    assert foreign.exists()
+
+
+def test_aborting_one_run_keeps_another_live_runs_staged_files(tmp_path):
+    """Two runs of one epoch under one identity (a zombie driver and its restart, or two
+    re-runs of write(df, epoch_id=N)): one aborting must not delete what the other commits."""
+    sink = make_sink(tmp_path)
+    surviving, aborting = epoch(0, writer="w"), epoch(0, writer="w")
+    kept = stage(sink, surviving, [day_batch(0, 10)])
+    stage(sink, aborting, [day_batch(100, 110)])
+    sink.create_global_committer().abort(aborting)
+    assert {f.path for f in kept} <= data_files_on_disk(sink.table_uri)
+    committer = sink.create_global_committer()
+    committer.commit([committer.combine(surviving, kept)])
+    committer.clean_up(surviving)
+    assert ids(sink.table_uri) == list(range(10))
+    assert_no_orphans(sink.table_uri)
+
+
+def test_same_app_id_commit_after_both_checked_is_refused(tmp_path):
+    """Deterministic race: both writers pass the replay check, then commit one after the other;
+    the second is caught (by the txn re-check or delta-rs conflict detection), never applied."""
+    sink = make_sink(tmp_path)
+    ep_a, ep_b = epoch(0, writer="query-A"), epoch(0, writer="query-B")
+    files_a, files_b = stage(sink, ep_a, [day_batch(0, 10)]), stage(sink, ep_b, [day_batch(0, 10)])
+    first, second = sink.create_global_committer(), sink.create_global_committer()
+    assert not first.is_committed(ep_a)
+    assert not second.is_committed(ep_b)
+    first.commit([first.combine(ep_a, files_a)])
+    with pytest.raises(ConcurrentWriterError, match="two writers"):
+        second.commit([second.combine(ep_b, files_b)])
+    second.clean_up(ep_b)
+    assert ids(sink.table_uri) == list(range(10))
+    assert DeltaTable(sink.table_uri).version() == 1
+
+
+def test_restarted_driver_cleans_up_after_a_commit_it_did_not_see(tmp_path):
+    """Committed, then the driver died before clean-up, with a failed attempt's files around:
+    the next driver recognises the replay and deletes exactly the uncommitted files."""
+    sink = make_sink(tmp_path)
+    ep = epoch(0)
+    stage(sink, ep, [day_batch(50, 60)], attempt=0)  # the failed attempt
+    good = stage(sink, ep, [day_batch(0, 10)], attempt=1)
+    crashed = sink.create_global_committer()
+    crashed.commit([crashed.combine(ep, good)])  # ... and no clean_up: the driver died
+    restarted = sink.create_global_committer()
+    replay = epoch(0)  # same writer, new run
+    assert restarted.is_committed(replay)
+    restarted.clean_up(replay)
+    assert committed_files(sink.table_uri) == {f.path for f in good}
+    assert_no_orphans(sink.table_uri)
+
+
+def test_expired_logs_are_cleaned_on_a_cadence_and_the_table_stays_exact(tmp_path):
+    import time
+
+    sink = DeltaSink(
+        str(tmp_path / "t"),
+        app_id="app",
+        partition_by=["day"],
+        table_configuration={
+            "delta.logRetentionDuration": "interval 1 second",
+            "delta.checkpointInterval": "2",
+        },
+    )
+    sink.prepare(SCHEMA)
+    from committers.delta import DeltaGlobalCommitter
+
+    committer = DeltaGlobalCommitter(
+        sink.location,
+        partition_by=["day"],
+        schema=SCHEMA,
+        schema_mode="strict",
+        log_cleanup_every=4,
+    )
+    log_dir = tmp_path / "t" / "_delta_log"
+    for e in range(8):
+        if e == 4:
+            time.sleep(1.2)  # the first versions are now past the log retention
+        commit_epoch(sink, epoch(e), [day_batch(e * 10, e * 10 + 10)], committer)
+    assert not (log_dir / f"{1:020d}.json").exists()  # cleaned at version 8
+    assert ids(sink.table_uri) == list(range(80))
+    assert DeltaTable(sink.table_uri).transaction_version("app") == 7
+
+
+def test_a_failing_background_write_surfaces_and_abort_leaves_nothing(tmp_path, monkeypatch):
+    from framework.errors import StagingError
+    from framework.sink import WriterContext
+
+    sink = DeltaSink(str(tmp_path / "t"), app_id="app", row_group_rows=1000)
+    schema = pa.schema([("id", pa.int64())])
+    sink.prepare(schema)
+    calls = {"n": 0}
+    original = pq.ParquetWriter.write_table
+
+    def failing_write(self, table, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full")
+        return original(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", failing_write)
+    writer = sink.create_writer(
+        WriterContext(epoch=epoch(0), partition_id=0, attempt_number=0, task_attempt_id=0)
+    )
+    with pytest.raises(StagingError, match="disk full"):
+        for start in range(0, 20_000, 1000):
+            writer.write(pa.RecordBatch.from_pydict({"id": list(range(start, start + 1000))}))
+        writer.prepare_commit(True)
+    writer.abort()
+    writer.close()
+    assert data_files_on_disk(sink.table_uri) == set()
+    assert staging_leftovers(sink.table_uri) == []
+
+
+def test_rows_land_in_their_partitions_with_several_partition_columns(tmp_path):
+    schema = pa.schema(
+        [("id", pa.int64()), ("a", pa.string()), ("b", pa.int32()), ("c", pa.bool_())]
+    )
+    sink = DeltaSink(str(tmp_path / "t"), app_id="app", partition_by=["a", "b", "c"])
+    sink.prepare(schema)
+    n = 3000
+    data = pa.RecordBatch.from_pydict(
+        {
+            "id": list(range(n)),
+            "a": [f"a{i % 7}" if i % 11 else None for i in range(n)],
+            "b": [i % 13 for i in range(n)],
+            "c": [i % 2 == 0 for i in range(n)],
+        },
+        schema=schema,
+    )
+    committer = sink.create_global_committer()
+    ep = epoch(0)
+    files = stage(sink, ep, [data])
+    committer.commit([committer.combine(ep, files)])
+    for f in files:  # every file holds only rows of its own partition
+        assert f.path.startswith(
+            f"a={f.partition_values['a'] or '__HIVE_DEFAULT_PARTITION__'}/"
+            f"b={f.partition_values['b']}/c={f.partition_values['c']}/"
+        )
+    rows = read_rows(sink.table_uri)
+    expected = data.to_pylist()
+    assert sorted(rows, key=lambda r: r["id"]) == expected

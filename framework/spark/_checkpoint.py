@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import fsspec
 
+from framework.errors import ConfigurationError
+
 __all__ = ["CheckpointInfo", "read_checkpoint", "save_epoch_offset"]
 
 _SINK_STATE = "two_phase_sink.json"
@@ -33,6 +35,24 @@ class CheckpointInfo:
 
 
 def read_checkpoint(checkpoint_location: str) -> CheckpointInfo:
+    """Read what Spark and the sink keep in the checkpoint, through fsspec.
+
+    Raises:
+        ConfigurationError: the checkpoint cannot be read from this (driver) process.
+    """
+    try:
+        return _read_checkpoint(checkpoint_location)
+    except FileNotFoundError:
+        raise
+    except Exception as err:
+        raise ConfigurationError(
+            f"cannot read the checkpoint {checkpoint_location} from the driver ({err}). The sink "
+            "reads <checkpoint>/metadata through fsspec to detect a reset checkpoint: use a path "
+            "fsspec can read with default credentials (a local or cluster file system path)."
+        ) from err
+
+
+def _read_checkpoint(checkpoint_location: str) -> CheckpointInfo:
     fs, root = _fs_and_path(checkpoint_location)
     query_id = None
     try:

@@ -1,7 +1,8 @@
 """Bring our own exceptions back from Spark tasks.
 
 An exception raised in a Python worker reaches the driver as a Py4J/PySpark exception whose text
-holds the worker's traceback. The last line naming one of our exception classes is turned back
+holds the worker's traceback. The first line naming one of our exception classes (the
+innermost raise in the worker) is turned back
 into that class, so ``except NullConstraintError`` works on the driver too.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -13,6 +14,7 @@ from framework.errors import (
     CommitError,
     CommitStateUnknownError,
     ConfigurationError,
+    SinkError,
     UnsupportedTypeError,
 )
 from framework.sink import Epoch, GlobalCommitter, Sink, deserialize_versioned
@@ -119,7 +121,6 @@ class TwoPhaseSink:
         self.on_checkpoint_reset = on_checkpoint_reset
         self.commit_attempts = commit_attempts
         self._batches: deque[BatchMetrics] = deque(maxlen=metrics_history)
-        self._global_committer: GlobalCommitter[Any, Any] | None = None
 
     # -- public ---------------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class TwoPhaseSink:
             raise ConfigurationError("checkpoint_location is required for exactly-once streaming")
         committer = self._prepare(df)
         offset = self._epoch_offset(committer, checkpoint_location)
-        runner = _StreamingBatchRunner(self, committer, checkpoint_location, offset)
+        runner = _StreamingBatchRunner(self, committer, offset)
         writer = df.writeStream.foreachBatch(runner).option(
             "checkpointLocation", checkpoint_location
         )
@@ -169,7 +170,9 @@ class TwoPhaseSink:
             writer = writer.trigger(**trigger)
         if query_name:
             writer = writer.queryName(query_name)
-        return writer.start()
+        query = writer.start()
+        runner.bind(query.id)
+        return query
 
     def write(self, df: DataFrame, *, epoch_id: int | None = None) -> BatchMetrics:
         """Write a bounded DataFrame as one commit; returns its metrics.
@@ -198,9 +201,17 @@ class TwoPhaseSink:
         epoch = Epoch(
             app_id=app_id, epoch_id=epoch_id, writer_identity=identity, run_id=str(uuid.uuid4())
         )
-        metrics = self._run_epoch(df, epoch, committer, batch_id=epoch_id)
+        try:
+            metrics = self._run_epoch(df, epoch, committer, batch_id=epoch_id)
+        except CommitStateUnknownError as err:
+            raise CommitStateUnknownError(
+                f"{err} For this bounded write: it is epoch {epoch_id} of app id {app_id!r}; "
+                f"DeltaTable(...).transaction_version({app_id!r}) >= {epoch_id} means it landed. "
+                f"Re-running with write(df, epoch_id={epoch_id}) commits it only if it did not."
+            ) from err
         if committer is not None:
             committer.end_of_input()
+            committer.close()
         return metrics
 
     # -- driver-side protocol -------------------------------------------------------------
@@ -212,7 +223,6 @@ class TwoPhaseSink:
             raise ConfigurationError(
                 f"{type(self.sink).__name__} has a global committer but no committable serializer"
             )
-        self._global_committer = committer
         return committer
 
     def _epoch_offset(
@@ -268,7 +278,10 @@ class TwoPhaseSink:
             try:
                 committables, rows = self._stage(df, epoch)
             except Exception as err:
-                raise translate_task_error(err) from None
+                translated = translate_task_error(err)
+                if translated is err:
+                    raise
+                raise translated from err  # keeps the worker's traceback attached
             staged = time.perf_counter()
             if committer is None:
                 return self._record(
@@ -349,28 +362,35 @@ class TwoPhaseSink:
 
 
 class _StreamingBatchRunner:
-    """The foreachBatch function: maps Spark batch ids to epochs of a stable writer identity."""
+    """The foreachBatch function: maps Spark batch ids to epochs of a stable writer identity.
+
+    The writer identity is the streaming query's id, which Spark keeps in the checkpoint and
+    which therefore survives restarts from it. It is taken from the started query itself (not
+    read back from the checkpoint, which the driver's Python process may not be able to read).
+    """
+
+    _BIND_TIMEOUT_SECONDS = 300.0
 
     def __init__(
         self,
         owner: TwoPhaseSink,
         committer: GlobalCommitter[Any, Any] | None,
-        checkpoint_location: str,
         epoch_offset: int,
     ) -> None:
         self._owner = owner
         self._committer = committer
-        self._checkpoint_location = checkpoint_location
         self._epoch_offset = epoch_offset
         self._query_id: str | None = None
+        self._bound = threading.Event()
+
+    def bind(self, query_id: str) -> None:
+        """Called right after ``start()``; the first batch may already be waiting for it."""
+        self._query_id = query_id
+        self._bound.set()
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if self._query_id is None:
-            # Spark wrote the checkpoint metadata before the first batch; its id survives
-            # restarts from this checkpoint and identifies this writer.
-            self._query_id = read_checkpoint(self._checkpoint_location).query_id or str(
-                uuid.uuid4()
-            )
+        if not self._bound.wait(self._BIND_TIMEOUT_SECONDS):
+            raise SinkError("the streaming query's id never became known to the sink")
         app_id = self._owner.sink.app_id or f"query-{self._query_id}"
         epoch = Epoch(
             app_id=app_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,15 @@ def test_public_surface_is_pinned():
         "deserialize_versioned",
         "serialize_versioned",
     ]
+
+
+def test_runtime_and_testing_surfaces_are_pinned():
+    import framework.testing
+
+    assert sorted(framework.testing.__all__) == ["CONFORMANCE_CHECKS", "ConformanceHarness"]
+    spark_init = (Path(framework.__file__).parent / "spark" / "__init__.py").read_text()
+    # framework.spark imports pyspark; its surface is pinned from source, not by importing it.
+    assert '__all__ = ["BatchMetrics", "TwoPhaseSink"]' in spark_init
 
 
 def test_core_imports_without_pyspark_or_deltalake():

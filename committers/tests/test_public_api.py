@@ -1,0 +1,16 @@
+"""The destinations' public surfaces are deliberate: pinned here."""
+
+from __future__ import annotations
+
+import committers.delta
+
+
+def test_delta_public_surface_is_pinned():
+    assert sorted(committers.delta.__all__) == [
+        "DeltaCommittable",
+        "DeltaGlobalCommitter",
+        "DeltaSink",
+        "StagedFile",
+        "StagedFileSerializer",
+        "WriterOptions",
+    ]
