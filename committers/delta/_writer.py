@@ -33,7 +33,9 @@ from committers.delta._storage import TableLocation
 from framework.errors import NullConstraintError, SchemaMismatchError, StagingError
 from framework.sink import SinkWriter, WriterContext
 
-__all__ = ["DeltaStagingWriter"]
+__all__ = ["UPLOAD_PART_SIZE", "DeltaStagingWriter"]
+
+UPLOAD_PART_SIZE = 8 * 1024 * 1024  # S3's minimum part size is 5 MiB
 
 
 @dataclass
@@ -221,7 +223,9 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             if parent not in self._made_dirs:
                 self._fs.makedirs(parent, exist_ok=True)
                 self._made_dirs.add(parent)
-            stream = self._fs.open(full, "wb")
+            # Object stores: upload in parts while the file is being written, not all at close.
+            blocks = {} if self._location.is_local else {"block_size": UPLOAD_PART_SIZE}
+            stream = self._fs.open(full, "wb", **blocks)
             writer = pq.ParquetWriter(
                 stream,
                 self._data_schema,
