@@ -31,7 +31,7 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest -m "not spark and not integration"
 
 test: prereqs $(STAMP) lint typecheck
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=15
 
 bench: prereqs $(STAMP)
 	$(PY) benchmarks/throughput.py

@@ -1,11 +1,17 @@
-"""Shared pytest fixtures: one local SparkSession for the whole test session."""
+"""Shared pytest fixtures: one local SparkSession and one S3 server for the whole test session."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 import pytest
+
+from integration_tests._s3server import S3Server, s3_server
+
+_S3_SERVERS_USED: list[str] = []
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +36,44 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(pytestconfig: pytest.Config) -> Iterator[S3Server]:
+    """The session's one real S3 server, started on first use (see
+    ``integration_tests/_s3server.py`` for which: an external endpoint, MinIO, or SeaweedFS).
+    The choice is printed when it starts and again in the summary."""
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
+
+    def announce(line: str) -> None:
+        _S3_SERVERS_USED.append(line)
+        if reporter is None:
+            return
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            reporter.write_line("")
+            reporter.write_line(line)
+
+    with s3_server(log=announce) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def bucket(s3: S3Server) -> Iterator[str]:
+    """A bucket of its own for each test module, deleted with its contents afterwards."""
+    name = s3.create_bucket()
+    yield name
+    s3.delete_bucket(name)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that needs the S3 server (directly or through another fixture) is an
+    integration test, marked or not: ``-m "not integration"`` never starts a server."""
+    for item in items:
+        if "s3" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _S3_SERVERS_USED:
+        terminalreporter.write_line(line)

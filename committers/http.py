@@ -45,7 +45,6 @@ from framework.asyncsink import (
     BufferedRequestState,
     BufferedRequestStateSerializer,
     BytesEntrySerializer,
-    CongestionControlRateLimitingStrategy,
     DeadLetterQueue,
     ElementConverter,
     ErrorClassifier,
@@ -195,21 +194,19 @@ class HttpSink(AsyncSink[bytes]):
                 )
             if "\n" in value or "\r" in value:
                 raise ConfigurationError(f"header {name!r} contains a line break")
+        super().__init__(
+            element_converter=(
+                element_converter if element_converter is not None else JsonRowConverter()
+            ),
+            config=config if config is not None else DEFAULT_HTTP_CONFIG,
+            retry_policy=retry_policy,
+            rate_limiting=rate_limiting,
+            error_classifier=error_classifier,
+            dead_letter_queue=dead_letter_queue,
+            app_id=app_id,
+        )
         self.url = url
         self.headers: tuple[tuple[str, str], ...] = header_items
-        self.config = config if config is not None else DEFAULT_HTTP_CONFIG
-        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
-        self.rate_limiting: RateLimitingStrategyFactory = (
-            rate_limiting
-            if rate_limiting is not None
-            else CongestionControlRateLimitingStrategy.from_config
-        )
-        self.error_classifier = error_classifier
-        self.dead_letter_queue = dead_letter_queue
-        self.element_converter: ElementConverter[Row, bytes] = (
-            element_converter if element_converter is not None else JsonRowConverter()
-        )
-        self.app_id = app_id
 
     def create_async_writer(
         self,
@@ -218,16 +215,7 @@ class HttpSink(AsyncSink[bytes]):
     ) -> HttpSinkWriter:
         """See :meth:`framework.asyncsink.AsyncSink.create_async_writer`."""
         return HttpSinkWriter(
-            url=self.url,
-            headers=dict(self.headers),
-            element_converter=self.element_converter,
-            config=self.config,
-            retry_policy=self.retry_policy,
-            error_classifier=self.error_classifier,
-            rate_limiting_strategy=self.rate_limiting(self.config),
-            dead_letter_queue=self.dead_letter_queue,
-            context=context,
-            initial_state=initial_state,
+            url=self.url, headers=dict(self.headers), **self.writer_kwargs(context, initial_state)
         )
 
     def state_serializer(self) -> VersionedSerializer[BufferedRequestState[bytes]]:

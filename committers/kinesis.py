@@ -35,7 +35,6 @@ from framework.asyncsink import (
     AsyncSinkWriterConfig,
     BufferedRequestState,
     BufferedRequestStateSerializer,
-    CongestionControlRateLimitingStrategy,
     DeadLetterQueue,
     ElementConverter,
     ErrorClassification,
@@ -278,25 +277,23 @@ class KinesisSink(AsyncSink[KinesisRecord]):
             options["region_name"] = region_name
         if endpoint_url is not None:
             options["endpoint_url"] = endpoint_url
+        super().__init__(
+            element_converter=(
+                element_converter
+                if element_converter is not None
+                else KinesisJsonConverter(partition_key_field)
+            ),
+            config=config,
+            retry_policy=retry_policy,
+            rate_limiting=rate_limiting,
+            error_classifier=(
+                error_classifier if error_classifier is not None else KinesisErrorClassifier()
+            ),
+            dead_letter_queue=dead_letter_queue,
+            app_id=app_id,
+        )
         self.stream_name = stream_name
         self.client_options = options
-        self.config = config
-        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
-        self.rate_limiting: RateLimitingStrategyFactory = (
-            rate_limiting
-            if rate_limiting is not None
-            else CongestionControlRateLimitingStrategy.from_config
-        )
-        self.error_classifier: ErrorClassifier = (
-            error_classifier if error_classifier is not None else KinesisErrorClassifier()
-        )
-        self.dead_letter_queue = dead_letter_queue
-        self.element_converter: ElementConverter[Row, KinesisRecord] = (
-            element_converter
-            if element_converter is not None
-            else KinesisJsonConverter(partition_key_field)
-        )
-        self.app_id = app_id
 
     def create_async_writer(
         self,
@@ -307,14 +304,7 @@ class KinesisSink(AsyncSink[KinesisRecord]):
         return KinesisSinkWriter(
             stream_name=self.stream_name,
             client_options=self.client_options,
-            element_converter=self.element_converter,
-            config=self.config,
-            retry_policy=self.retry_policy,
-            error_classifier=self.error_classifier,
-            rate_limiting_strategy=self.rate_limiting(self.config),
-            dead_letter_queue=self.dead_letter_queue,
-            context=context,
-            initial_state=initial_state,
+            **self.writer_kwargs(context, initial_state),
         )
 
     def state_serializer(self) -> VersionedSerializer[BufferedRequestState[KinesisRecord]]:

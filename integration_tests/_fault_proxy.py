@@ -1,7 +1,8 @@
 """A small HTTP proxy on 127.0.0.1 that injects S3 faults in front of a real S3 server.
 
-For a set fraction of PUT and GET requests (a deterministic sequence drawn from ``seed``) it
-answers with one of:
+For a set fraction of PUT and GET requests (a deterministic sequence drawn from ``seed``: the
+n-th eligible request gets the same fault whatever the order in which concurrent clients send
+them) it answers with one of:
 
 * ``slowdown``: 503 with an S3 ``SlowDown`` error body; the request is not forwarded;
 * ``internal``: 500 with an S3 ``InternalError`` body; not forwarded;
@@ -85,6 +86,8 @@ class FaultProxy:
         seed: seed of the fault sequence.
         methods: HTTP methods eligible for faults.
         kinds: fault kinds to draw from (uniformly).
+        cycle_kinds: inject the kinds in turn instead of drawing them, so that any
+            ``len(kinds)`` consecutive faults include every kind.
         path_pattern: if given, only requests whose path matches this regex get faults.
         max_faults: stop injecting after this many faults (``None``: no limit).
         ignore_if_none_match: strip ``If-None-Match`` from PUTs (needs the credentials).
@@ -100,6 +103,7 @@ class FaultProxy:
         seed: int = 0,
         methods: Sequence[str] = ("PUT", "GET"),
         kinds: Sequence[str] = FAULT_KINDS,
+        cycle_kinds: bool = False,
         path_pattern: str | None = None,
         max_faults: int | None = None,
         ignore_if_none_match: bool = False,
@@ -114,6 +118,7 @@ class FaultProxy:
             "seed": seed,
             "methods": [m.upper() for m in methods],
             "kinds": list(kinds),
+            "cycle_kinds": cycle_kinds,
             "path_pattern": path_pattern,
             "max_faults": max_faults,
             "ignore_if_none_match": ignore_if_none_match,
@@ -247,7 +252,8 @@ class _ProxyCore:
         self.upstream_host = parsed.hostname
         self.upstream_port = parsed.port or 80
         self.methods = frozenset(config["methods"])
-        self.kinds = tuple(config["kinds"])
+        self.kinds: tuple[str, ...] = tuple(config["kinds"])
+        self.cycle_kinds = bool(config.get("cycle_kinds", False))
         pattern = config["path_pattern"]
         self.path_pattern = re.compile(pattern) if pattern else None
         self.max_faults = config["max_faults"]
@@ -273,7 +279,10 @@ class _ProxyCore:
                 return None
             if self.rng.random() >= self.fault_rate:
                 return None
-            kind = self.rng.choice(self.kinds)
+            if self.cycle_kinds:
+                kind = self.kinds[sum(self.faults.values()) % len(self.kinds)]
+            else:
+                kind = self.rng.choice(self.kinds)
             self.faults[kind] += 1
             return kind
 
@@ -510,6 +519,7 @@ if __name__ == "__main__":
         "seed": 0,
         "methods": ["PUT", "GET"],
         "kinds": list(FAULT_KINDS),
+        "cycle_kinds": False,
         "path_pattern": None,
         "max_faults": None,
         "ignore_if_none_match": False,

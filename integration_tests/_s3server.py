@@ -304,14 +304,17 @@ def _remove_sockets(ports: Iterable[int]) -> None:
                     os.unlink(path)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a process started in its own session: SIGTERM, then SIGKILL after 10 s."""
+def _stop(proc: subprocess.Popen[bytes], grace: float = 3.0) -> None:
+    """Stop a process started in its own session: SIGTERM, then SIGKILL after ``grace`` s.
+
+    Short on purpose: the data directory is thrown away, and a ``weed mini`` that served a whole
+    test session can take more than 10 s to finish a graceful shutdown."""
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -18,6 +18,7 @@ from committers.tests._spark_helpers import (
     CrashingFirstAttemptSink,
     file_stream,
     forget_newest_commit,
+    make_source,
     run_available_now,
     write_source_file,
 )
@@ -27,14 +28,6 @@ from integration_tests._s3helpers import S3Table, assert_no_duplicates
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _source(tmp_path: Path, files: int, per_file: int = 10, start: int = 0, name: str = "src"):
-    directory = tmp_path / name
-    for f in range(files):
-        first = start + f * per_file
-        write_source_file(directory, f"part-{f:03d}", range(first, first + per_file))
-    return directory
 
 
 def test_bounded_write(spark, table: S3Table, caplog: pytest.LogCaptureFixture) -> None:
@@ -62,7 +55,7 @@ def test_bounded_write(spark, table: S3Table, caplog: pytest.LogCaptureFixture) 
 
 
 def test_replayed_batch_after_commit_is_skipped(spark, table: S3Table, tmp_path: Path) -> None:
-    src, chk = _source(tmp_path, 3), tmp_path / "chk"
+    src, chk = make_source(tmp_path, 3), tmp_path / "chk"
     sink = TwoPhaseSink(
         DeltaSink(table.uri, app_id="replay", partition_by=["day"], **table.sink_kwargs())
     )
@@ -86,7 +79,7 @@ def test_replayed_batch_after_commit_is_skipped(spark, table: S3Table, tmp_path:
 
 
 def test_driver_killed_between_staging_and_commit(table: S3Table, tmp_path: Path) -> None:
-    src, chk = _source(tmp_path, 2), str(tmp_path / "chk")
+    src, chk = make_source(tmp_path, 2), str(tmp_path / "chk")
     command = [sys.executable, "-m", "integration_tests._s3_driver", str(src), table.uri, chk]
     env = {
         **os.environ,
@@ -137,7 +130,7 @@ def test_failed_task_attempt_files_are_removed(spark, table: S3Table, tmp_path: 
 def test_two_app_ids_write_one_table_concurrently(spark, table: S3Table, tmp_path: Path) -> None:
     queries = []
     for app, start in (("app-a", 0), ("app-b", 500)):
-        src = _source(tmp_path, 3, start=start, name=app)
+        src = make_source(tmp_path, 3, start=start, name=app)
         sink = TwoPhaseSink(
             DeltaSink(table.uri, app_id=app, partition_by=["day"], **table.sink_kwargs())
         )

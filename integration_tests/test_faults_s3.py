@@ -1,6 +1,11 @@
 """A streaming job through a proxy injecting 503 SlowDown, 500 and dropped connections (before
 and after the request reaches the server) on 10% of PUTs and GETs: it still ends with exactly
-the source rows, once each, and nothing staged is left behind."""
+the source rows, once each, and nothing staged is left behind.
+
+Which fault the n-th PUT or GET gets is fixed by the seed, whatever order Spark's tasks send
+their requests in, and the proxy injects the kinds in turn: so once the job has made
+:data:`EVERY_KIND_WITHIN` such requests (it makes over a hundred), it has met every kind.
+"""
 
 from __future__ import annotations
 
@@ -9,32 +14,44 @@ from pathlib import Path
 import pytest
 
 from committers.delta import DeltaSink
-from committers.tests._spark_helpers import file_stream, run_available_now, write_source_file
+from committers.tests._spark_helpers import file_stream, make_source, run_available_now
 from framework import TwoPhaseSink
-from integration_tests._fault_proxy import FAULT_KINDS, FaultProxy
+from integration_tests._fault_proxy import FAULT_KINDS, FaultProxy, _ProxyCore
 from integration_tests._s3helpers import S3Table, assert_no_duplicates
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 FAULT_RATE = 0.10
-SEED = 24  # its first 60 draws hold every fault kind; ~10% over the whole job
+SEED = 42  # faults on the 2nd, 8th, 10th and 13th PUT or GET, then ~10% of the rest
+EVERY_KIND_WITHIN = 13  # PUTs and GETs after which every kind has been injected
 
 
-def test_streaming_job_survives_ten_percent_faults(spark, table: S3Table, tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    expected = []
-    for f in range(4):
-        rows = range(f * 50, f * 50 + 50)
-        write_source_file(src, f"part-{f:03d}", rows)
-        expected.extend(rows)
-
-    with FaultProxy(
-        table.server.endpoint,
+def _faulty_proxy(upstream: str) -> FaultProxy:
+    return FaultProxy(
+        upstream,
         fault_rate=FAULT_RATE,
         seed=SEED,
         methods=("PUT", "GET"),
         kinds=FAULT_KINDS,
-    ) as proxy:
+        cycle_kinds=True,
+    )
+
+
+def test_the_fault_sequence_holds_every_kind_early() -> None:
+    """What the job test relies on, checked without a server: the first
+    ``EVERY_KIND_WITHIN`` PUTs and GETs, whatever their mix, get every kind of fault."""
+    for methods in (["PUT"], ["GET"], ["PUT", "GET"]):
+        core = _ProxyCore(_faulty_proxy("http://127.0.0.1:1").config)
+        drawn = [core.draw(methods[i % len(methods)], "/b/k") for i in range(EVERY_KIND_WITHIN)]
+        assert {kind for kind in drawn if kind} == set(FAULT_KINDS)
+        assert core.draw("HEAD", "/b/k") is None  # other methods are never faulted
+
+
+def test_streaming_job_survives_ten_percent_faults(spark, table: S3Table, tmp_path: Path) -> None:
+    src = make_source(tmp_path, files=4, per_file=50)
+    expected = list(range(200))
+
+    with _faulty_proxy(table.server.endpoint) as proxy:
         options = {**table.options, "AWS_ENDPOINT_URL": proxy.endpoint}
         sink = TwoPhaseSink(
             DeltaSink(table.uri, app_id="faulty", partition_by=["day"], storage_options=options)
@@ -44,6 +61,8 @@ def test_streaming_job_survives_ten_percent_faults(spark, table: S3Table, tmp_pa
         requests = dict(proxy.requests)
 
     print(f"fault proxy: {sum(faults.values())} faults {faults} in {requests} requests")
+    eligible = requests.get("PUT", 0) + requests.get("GET", 0)
+    assert eligible >= EVERY_KIND_WITHIN, f"only {eligible} PUT/GET requests: {requests}"
     assert set(faults) == set(FAULT_KINDS), "every kind of fault should have been injected"
     assert {b.status for b in sink.batches} == {"committed"}
     values = table.ids()

@@ -20,6 +20,18 @@ def write_source_file(directory: Path, name: str, ids) -> None:
     tmp.rename(directory / f"{name}.json")
 
 
+def make_source(
+    tmp_path: Path, files: int, per_file: int = 10, start: int = 0, name: str = "src"
+) -> Path:
+    """A source directory ``tmp_path / name`` of ``files`` files holding consecutive ids from
+    ``start``, ``per_file`` ids each (file ``part-000`` first)."""
+    directory = tmp_path / name
+    for f in range(files):
+        first = start + f * per_file
+        write_source_file(directory, f"part-{f:03d}", range(first, first + per_file))
+    return directory
+
+
 def file_stream(spark, directory: Path):
     """A streaming DataFrame reading one source file per micro-batch."""
     return (

@@ -6,6 +6,7 @@ prepare_commit, close), without Spark. Retries use millisecond backoffs.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import decimal
 import functools
@@ -29,6 +30,7 @@ from committers.http import (
     JsonRowConverter,
     parse_retry_after,
 )
+from committers.tests._async_helpers import run_sink_task
 from committers.tests._throttling_server import BackgroundServer, ThrottlingServer
 from framework.asyncsink import (
     AsyncSinkTaskWriter,
@@ -71,18 +73,7 @@ def rows(count: int, start: int = 0, **extra: Any) -> pa.RecordBatch:
 
 def deliver(sink: HttpSink, *batches: pa.RecordBatch) -> AsyncSinkTaskWriter[bytes]:
     """Run one task: write every batch, flush, close. Returns the writer for its metrics."""
-    writer = sink.create_writer(CONTEXT)
-    assert isinstance(writer, AsyncSinkTaskWriter)
-    try:
-        for batch in batches:
-            writer.write(batch)
-        assert writer.prepare_commit(flush=True) == []
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        writer.close()
-    return writer
+    return run_sink_task(sink, *batches, context=CONTEXT)
 
 
 def metrics_of(writer: AsyncSinkTaskWriter[bytes]) -> Any:
@@ -211,18 +202,22 @@ def test_throttling_and_server_errors_are_retried_honouring_retry_after(status, 
 
 
 def test_a_request_that_times_out_is_sent_again():
-    async def slow() -> dict[str, Any]:
-        import asyncio
-
-        await asyncio.sleep(1.0)
+    # The first answer is held back until the retry has arrived, so that request always times
+    # out; the retry is answered at once and has a whole second, ample on a loaded machine.
+    async def answer_after_the_retry() -> dict[str, Any]:
+        for _ in range(3_000):  # at most 30 s
+            if len(scripted.bodies) > 1:
+                break
+            await asyncio.sleep(0.01)
         return {}
 
     config = AsyncSinkWriterConfig(
-        max_batch_size=10, max_buffered_requests=100, request_timeout_ms=150
+        max_batch_size=10, max_buffered_requests=100, request_timeout_ms=1_000
     )
-    with ScriptedServer([(200, {}, slow)]) as scripted:
+    with ScriptedServer([(200, {}, answer_after_the_retry)]) as scripted:
         writer = deliver(sink_for(scripted.url, config=config), rows(2))
         assert [scripted.ids(0), scripted.ids(1)] == [[0, 1], [0, 1]]
+        assert len(scripted.bodies) == 2
     assert metrics_of(writer).num_failed_requests == 1
 
 

@@ -25,6 +25,7 @@ from committers.kinesis import (
     KinesisSink,
     KinesisSinkWriter,
 )
+from committers.tests._async_helpers import run_sink_task
 from framework.asyncsink import (
     AsyncSinkTaskWriter,
     AsyncSinkWriterConfig,
@@ -104,18 +105,7 @@ def make_sink(endpoint: str, stream: str, **kwargs: Any) -> KinesisSink:
 
 
 def run_task(sink: KinesisSink, *batches: pa.RecordBatch) -> AsyncSinkTaskWriter[KinesisRecord]:
-    writer = sink.create_writer(CONTEXT)
-    assert isinstance(writer, AsyncSinkTaskWriter)
-    try:
-        for batch in batches:
-            writer.write(batch)
-        assert writer.prepare_commit(flush=True) == []
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        writer.close()
-    return writer
+    return run_sink_task(sink, *batches, context=CONTEXT)
 
 
 def rows(count: int, start: int = 0) -> pa.RecordBatch:
@@ -171,12 +161,7 @@ class FlakyKinesisSink(KinesisSink):
         return FlakyKinesisWriter(
             stream_name=self.stream_name,
             client_options=self.client_options,
-            element_converter=self.element_converter,
-            config=self.config,
-            retry_policy=self.retry_policy,
-            error_classifier=self.error_classifier,
-            rate_limiting_strategy=self.rate_limiting(self.config),
-            context=context,
+            **self.writer_kwargs(context, initial_state),
         )
 
 

@@ -1,11 +1,10 @@
-"""The safe-commit self-test against a real S3 server (SeaweedFS unless configured otherwise)."""
+"""The safe-commit self-test against the session's real S3 server (the root conftest's ``s3``)."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,20 +18,7 @@ from committers.delta._s3safety import (
 from committers.delta._storage import TableLocation
 from framework.errors import LocationNotWritableError, UnsafeStorageError
 from integration_tests._fault_proxy import FaultProxy
-from integration_tests._s3server import S3Server, free_port, s3_server
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def bucket(server: S3Server) -> Iterator[str]:
-    name = server.create_bucket()
-    yield name
-    server.delete_bucket(name)
+from integration_tests._s3server import S3Server, free_port
 
 
 @pytest.fixture
@@ -40,32 +26,34 @@ def table(bucket: str) -> str:
     return f"s3://{bucket}/tables/{uuid.uuid4().hex[:8]}"
 
 
-def _proxy(server: S3Server, **kwargs: object) -> FaultProxy:
+def _proxy(s3: S3Server, **kwargs: object) -> FaultProxy:
     return FaultProxy(
-        server.endpoint,
-        access_key=server.access_key,
-        secret_key=server.secret_key,
+        s3.endpoint,
+        access_key=s3.access_key,
+        secret_key=s3.secret_key,
         **kwargs,  # type: ignore[arg-type]
     )
 
 
-def _keys(server: S3Server, table_uri: str) -> list[str]:
+def _keys(s3: S3Server, table_uri: str) -> list[str]:
     bucket, prefix = table_uri[len("s3://") :].split("/", 1)
-    return server.list_keys(bucket, prefix + "/")
+    return s3.list_keys(bucket, prefix + "/")
 
 
-def test_real_server_passes_and_leaves_nothing(server: S3Server, table: str) -> None:
+@pytest.mark.integration
+def test_real_server_passes_and_leaves_nothing(s3: S3Server, table: str) -> None:
     cache = ConditionalPutCache()
-    location = TableLocation.of(table, server.storage_options())
+    location = TableLocation.of(table, s3.storage_options())
     verify_conditional_put(location, cache=cache)
     assert cache.is_verified(location.endpoint)
-    assert _keys(server, table) == []
+    assert _keys(s3, table) == []
 
 
-def test_result_is_cached_per_endpoint(server: S3Server, table: str) -> None:
+@pytest.mark.integration
+def test_result_is_cached_per_endpoint(s3: S3Server, table: str) -> None:
     cache = ConditionalPutCache()
-    with _proxy(server) as proxy:
-        location = TableLocation.of(table, server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
+    with _proxy(s3) as proxy:
+        location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
         verify_conditional_put(location, cache=cache)
         first = sum(proxy.requests.values())
         assert first >= 4  # PUT, PUT, GET, DELETE
@@ -76,8 +64,9 @@ def test_result_is_cached_per_endpoint(server: S3Server, table: str) -> None:
         assert sum(proxy.requests.values()) == 2 * first  # a fresh cache probes again
 
 
-def test_default_cache_is_the_process_cache(server: S3Server, table: str) -> None:
-    location = TableLocation.of(table, server.storage_options())
+@pytest.mark.integration
+def test_default_cache_is_the_process_cache(s3: S3Server, table: str) -> None:
+    location = TableLocation.of(table, s3.storage_options())
     PROCESS_CACHE.clear()
     try:
         verify_conditional_put(location)
@@ -86,10 +75,11 @@ def test_default_cache_is_the_process_cache(server: S3Server, table: str) -> Non
         PROCESS_CACHE.clear()
 
 
-def test_gateway_ignoring_if_none_match_is_refused(server: S3Server, table: str) -> None:
+@pytest.mark.integration
+def test_gateway_ignoring_if_none_match_is_refused(s3: S3Server, table: str) -> None:
     cache = ConditionalPutCache()
-    with _proxy(server, ignore_if_none_match=True) as proxy:
-        location = TableLocation.of(table, server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
+    with _proxy(s3, ignore_if_none_match=True) as proxy:
+        location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
         with pytest.raises(UnsafeStorageError) as caught:
             verify_conditional_put(location, cache=cache)
     message = str(caught.value)
@@ -97,37 +87,41 @@ def test_gateway_ignoring_if_none_match_is_refused(server: S3Server, table: str)
     assert "accepted a second PUT with 'If-None-Match: *'" in message
     assert "unsafe_skip_conditional_put_check" in message
     assert not cache.is_verified(location.endpoint)
-    assert _keys(server, table) == []  # the probe object was removed
+    assert _keys(s3, table) == []  # the probe object was removed
 
 
-def test_gateway_rejecting_the_header_is_refused(server: S3Server, table: str) -> None:
-    with _proxy(server, reject_if_none_match=True) as proxy:
-        location = TableLocation.of(table, server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
+@pytest.mark.integration
+def test_gateway_rejecting_the_header_is_refused(s3: S3Server, table: str) -> None:
+    with _proxy(s3, reject_if_none_match=True) as proxy:
+        location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
         with pytest.raises(UnsafeStorageError, match="501 NotImplemented") as caught:
             verify_conditional_put(location, cache=ConditionalPutCache())
     assert proxy.endpoint in str(caught.value)
-    assert _keys(server, table) == []
+    assert _keys(s3, table) == []
 
 
-def test_wrong_credentials(server: S3Server, table: str) -> None:
-    options = server.storage_options(AWS_SECRET_ACCESS_KEY="definitely-wrong-secret")
+@pytest.mark.integration
+def test_wrong_credentials(s3: S3Server, table: str) -> None:
+    options = s3.storage_options(AWS_SECRET_ACCESS_KEY="definitely-wrong-secret")
     location = TableLocation.of(table, options)
     with pytest.raises(LocationNotWritableError, match="access denied") as caught:
         verify_conditional_put(location, cache=ConditionalPutCache())
-    assert server.endpoint in str(caught.value)
+    assert s3.endpoint in str(caught.value)
     assert "definitely-wrong-secret" not in str(caught.value)
-    assert _keys(server, table) == []
+    assert _keys(s3, table) == []
 
 
-def test_missing_bucket(server: S3Server) -> None:
-    location = TableLocation.of("s3://no-such-bucket-sinktest/t", server.storage_options())
+@pytest.mark.integration
+def test_missing_bucket(s3: S3Server) -> None:
+    location = TableLocation.of("s3://no-such-bucket-sinktest/t", s3.storage_options())
     with pytest.raises(LocationNotWritableError, match="bucket 'no-such-bucket-sinktest'"):
         verify_conditional_put(location, cache=ConditionalPutCache())
 
 
-def test_unreachable_endpoint_fails_fast(server: S3Server, table: str) -> None:
+@pytest.mark.integration
+def test_unreachable_endpoint_fails_fast(s3: S3Server, table: str) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    location = TableLocation.of(table, server.storage_options(AWS_ENDPOINT_URL=dead))
+    location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=dead))
     fast = Backoff(max_attempts=3, initial_delay=0.05, max_delay=0.2, deadline=10.0)
     started = time.monotonic()
     with pytest.raises(LocationNotWritableError, match="unreachable") as caught:
@@ -136,7 +130,8 @@ def test_unreachable_endpoint_fails_fast(server: S3Server, table: str) -> None:
     assert dead in str(caught.value)
 
 
-def test_default_backoff_is_bounded_for_an_unreachable_endpoint(table: str) -> None:
+def test_default_backoff_is_bounded_for_an_unreachable_endpoint() -> None:
+    table = f"s3://sink-unreachable/tables/{uuid.uuid4().hex[:8]}"  # no server needed
     dead = f"http://127.0.0.1:{free_port()}"
     options = {
         "AWS_ENDPOINT_URL": dead,
@@ -151,30 +146,31 @@ def test_default_backoff_is_bounded_for_an_unreachable_endpoint(table: str) -> N
     assert time.monotonic() - started < 20
 
 
-def test_passes_through_transient_faults(server: S3Server, table: str) -> None:
-    with _proxy(server, fault_rate=0.4, seed=7) as proxy:
-        location = TableLocation.of(table, server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
+@pytest.mark.integration
+def test_passes_through_transient_faults(s3: S3Server, table: str) -> None:
+    with _proxy(s3, fault_rate=0.4, seed=7) as proxy:
+        location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
         verify_conditional_put(location, cache=ConditionalPutCache())
         assert sum(proxy.faults.values()) > 0
-    assert _keys(server, table) == []
+    assert _keys(s3, table) == []
 
 
-def test_lost_response_of_first_put_is_understood(server: S3Server, table: str) -> None:
+@pytest.mark.integration
+def test_lost_response_of_first_put_is_understood(s3: S3Server, table: str) -> None:
     """The first PUT lands but its response is dropped; the retry gets 412: still safe."""
-    with _proxy(
-        server, fault_rate=1.0, kinds=["drop_after"], methods=["PUT"], max_faults=1
-    ) as proxy:
-        location = TableLocation.of(table, server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
+    with _proxy(s3, fault_rate=1.0, kinds=["drop_after"], methods=["PUT"], max_faults=1) as proxy:
+        location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
         verify_conditional_put(location, cache=ConditionalPutCache())
         assert proxy.faults["drop_after"] == 1
-    assert _keys(server, table) == []
+    assert _keys(s3, table) == []
 
 
+@pytest.mark.integration
 def test_skip_makes_no_request_and_warns(
-    server: S3Server, table: str, caplog: pytest.LogCaptureFixture
+    s3: S3Server, table: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with _proxy(server, ignore_if_none_match=True) as proxy:
-        location = TableLocation.of(table, server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
+    with _proxy(s3, ignore_if_none_match=True) as proxy:
+        location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
         with caplog.at_level(logging.WARNING, logger="committers.delta._s3safety"):
             verify_conditional_put(location, skip=True, cache=ConditionalPutCache())
         assert sum(proxy.requests.values()) == 0

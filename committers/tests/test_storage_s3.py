@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import pickle
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +18,7 @@ from committers.delta._storage import (
     parse_duration,
 )
 from framework.errors import ConfigurationError
-from integration_tests._s3server import S3Server, s3_server
+from integration_tests._s3server import S3Server
 
 SECRET = "s3cr3t-value-never-printed"
 TOKEN = "t0ken-value-never-printed"
@@ -251,20 +250,7 @@ def test_local_locations_are_unchanged(tmp_path: Path) -> None:
     assert location.endpoint == "file"
 
 
-# -- both sides against a real server ----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def bucket(server: S3Server) -> Iterator[str]:
-    name = server.create_bucket()
-    yield name
-    server.delete_bucket(name)
+# -- both sides against the session's S3 server (root conftest.py) ----------------------------
 
 
 def _roundtrip(location: TableLocation) -> list[int]:
@@ -278,31 +264,34 @@ def _roundtrip(location: TableLocation) -> list[int]:
     return sorted(table["id"].to_pylist())
 
 
-def test_explicit_options_on_both_sides(server: S3Server, bucket: str) -> None:
-    location = TableLocation.of(f"s3://{bucket}/{uuid.uuid4().hex}", server.storage_options())
+@pytest.mark.integration
+def test_explicit_options_on_both_sides(s3: S3Server, bucket: str) -> None:
+    location = TableLocation.of(f"s3://{bucket}/{uuid.uuid4().hex}", s3.storage_options())
     assert _roundtrip(location) == [1, 2, 3]
 
 
+@pytest.mark.integration
 def test_environment_only_on_both_sides(
-    server: S3Server, bucket: str, clean_aws_env: Path, monkeypatch: pytest.MonkeyPatch
+    s3: S3Server, bucket: str, clean_aws_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
-    monkeypatch.setenv("AWS_REGION", server.region)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
+    monkeypatch.setenv("AWS_REGION", s3.region)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_key)
     location = TableLocation.of(f"s3://{bucket}/{uuid.uuid4().hex}")
     assert _roundtrip(location) == [1, 2, 3]
 
 
+@pytest.mark.integration
 def test_profile_on_both_sides(
-    server: S3Server, bucket: str, clean_aws_env: Path, monkeypatch: pytest.MonkeyPatch
+    s3: S3Server, bucket: str, clean_aws_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write_profile(clean_aws_env, "it", server.access_key, server.secret_key, server.region)
+    _write_profile(clean_aws_env, "it", s3.access_key, s3.secret_key, s3.region)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(clean_aws_env / "credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(clean_aws_env / "config"))
     location = TableLocation.of(
         f"s3://{bucket}/{uuid.uuid4().hex}",
-        {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_PROFILE": "it"},
+        {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_PROFILE": "it"},
     )
     assert _roundtrip(location) == [1, 2, 3]

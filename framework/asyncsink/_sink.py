@@ -21,6 +21,14 @@ from abc import abstractmethod
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
+from framework.asyncsink._classify import DEFAULT_ERROR_CLASSIFIER, ErrorClassifier
+from framework.asyncsink._config import AsyncSinkWriterConfig, RetryPolicy
+from framework.asyncsink._converter import ElementConverter
+from framework.asyncsink._deadletter import DeadLetterQueue
+from framework.asyncsink._ratelimit import (
+    CongestionControlRateLimitingStrategy,
+    RateLimitingStrategyFactory,
+)
 from framework.asyncsink._state import BufferedRequestState
 from framework.asyncsink._writer import AsyncSinkWriter
 from framework.errors import SinkError
@@ -53,7 +61,71 @@ class AsyncSink(Sink[Any, None, None], Generic[RequestEntryT]):
     else (per-task event loop, back-pressure, flushing at the end of each task) is done here.
     The sink is pickled to every task: keep only plain values in it (URLs, options, configs,
     classifiers, factories) and create clients inside the writer, on the executor.
+
+    The constructor holds the settings every destination shares, and :meth:`writer_kwargs`
+    turns them into the writer's keyword arguments, so a destination keeps only what is its
+    own (an endpoint, headers, client options) and its defaults::
+
+        class MySink(AsyncSink[bytes]):
+            def __init__(self, url: str, **settings: Any) -> None:
+                super().__init__(element_converter=MyConverter(), **settings)
+                self.url = url
+
+            def create_async_writer(self, context, initial_state=()):
+                return MyWriter(url=self.url, **self.writer_kwargs(context, initial_state))
+
+    Args:
+        element_converter: turns rows into request entries.
+        config: buffering hints; :class:`AsyncSinkWriterConfig` defaults when ``None``.
+        retry_policy: retry budget and backoff; :class:`RetryPolicy` defaults when ``None``.
+        rate_limiting: factory of each writer's rate limiting strategy; Flink's AIMD
+            congestion control when ``None``.
+        error_classifier: decides which errors raised by a request are retryable.
+        dead_letter_queue: where rejected entries go; ``None`` fails the job instead.
+        app_id: application identity (see :class:`~framework.sink.Sink`).
     """
+
+    def __init__(
+        self,
+        *,
+        element_converter: ElementConverter[Row, RequestEntryT],
+        config: AsyncSinkWriterConfig | None = None,
+        retry_policy: RetryPolicy | None = None,
+        rate_limiting: RateLimitingStrategyFactory | None = None,
+        error_classifier: ErrorClassifier = DEFAULT_ERROR_CLASSIFIER,
+        dead_letter_queue: DeadLetterQueue | None = None,
+        app_id: str | None = None,
+    ) -> None:
+        self.element_converter = element_converter
+        self.config = config if config is not None else AsyncSinkWriterConfig()
+        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
+        self.rate_limiting: RateLimitingStrategyFactory = (
+            rate_limiting
+            if rate_limiting is not None
+            else CongestionControlRateLimitingStrategy.from_config
+        )
+        self.error_classifier = error_classifier
+        self.dead_letter_queue = dead_letter_queue
+        self.app_id = app_id
+
+    def writer_kwargs(
+        self,
+        context: WriterContext | None,
+        initial_state: Sequence[BufferedRequestState[RequestEntryT]] = (),
+    ) -> dict[str, Any]:
+        """The keyword arguments of :class:`AsyncSinkWriter` for one task attempt: this sink's
+        converter, config, retry policy, classifier and dead-letter queue, a fresh rate limiting
+        strategy, ``context`` and ``initial_state``. Needs the constructor to have run."""
+        return {
+            "element_converter": self.element_converter,
+            "config": self.config,
+            "retry_policy": self.retry_policy,
+            "error_classifier": self.error_classifier,
+            "rate_limiting_strategy": self.rate_limiting(self.config),
+            "dead_letter_queue": self.dead_letter_queue,
+            "context": context,
+            "initial_state": initial_state,
+        }
 
     @abstractmethod
     def create_async_writer(

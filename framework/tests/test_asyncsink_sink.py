@@ -57,29 +57,28 @@ class ListWriter(AsyncSinkWriter[dict[str, Any], bytes]):
 
 
 class ListSink(AsyncSink[bytes]):
-    """Delivers into a list of this process (the runtime would pickle a real sink)."""
+    """Delivers into a list of this process (the runtime would pickle a real sink). Builds its
+    writer from the shared settings, as HttpSink and KinesisSink do."""
 
     def __init__(self, *, max_batch_size: int = 4, reject: bytes | None = None) -> None:
+        super().__init__(
+            element_converter=CsvConverter(),
+            config=AsyncSinkWriterConfig(
+                max_batch_size=max_batch_size,
+                max_buffered_requests=100,
+                max_time_in_buffer_ms=60_000,
+            ),
+            retry_policy=RetryPolicy(initial_backoff_ms=1, max_backoff_ms=2),
+        )
         self.delivered: list[bytes] = []
         self.reject = reject
-        self.config = AsyncSinkWriterConfig(
-            max_batch_size=max_batch_size, max_buffered_requests=100, max_time_in_buffer_ms=60_000
-        )
 
     def create_async_writer(
         self,
         context: WriterContext | None,
         initial_state: Sequence[BufferedRequestState[bytes]] = (),
     ) -> ListWriter:
-        return ListWriter(
-            self.delivered,
-            self.reject,
-            element_converter=CsvConverter(),
-            config=self.config,
-            retry_policy=RetryPolicy(initial_backoff_ms=1, max_backoff_ms=2),
-            context=context,
-            initial_state=initial_state,
-        )
+        return ListWriter(self.delivered, self.reject, **self.writer_kwargs(context, initial_state))
 
     def state_serializer(self) -> VersionedSerializer[BufferedRequestState[bytes]]:
         return BufferedRequestStateSerializer(BytesEntrySerializer())

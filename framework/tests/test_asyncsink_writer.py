@@ -1,7 +1,8 @@
 """AsyncSinkWriter: buffering, flushing, back-pressure, retries, dead letters, state, metrics.
 
 No Spark and no network: the destination is a scripted in-memory writer. Every test runs its
-own event loop with ``asyncio.run`` and uses millisecond timings.
+own event loop on a virtual clock (``_virtual_clock``): timers fire in their real order but
+without waiting, so timing assertions are exact and a loaded machine cannot break them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from framework.errors import (
     ThrottledError,
 )
 from framework.sink import deserialize_versioned, serialize_versioned
+from framework.tests._virtual_clock import run_on_virtual_clock
 
 FAST_RETRIES = RetryPolicy(max_attempts=5, initial_backoff_ms=1, max_backoff_ms=5, jitter=0)
 
@@ -163,7 +165,7 @@ async def settle() -> None:
 
 
 def run(coroutine: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coroutine, timeout=20))
+    return run_on_virtual_clock(coroutine, timeout=20)
 
 
 # --------------------------------------------------------------------------- flushing
@@ -204,14 +206,15 @@ def test_byte_threshold_flushes_and_caps_the_request_size():
 def test_time_threshold_sends_a_partial_batch_without_flush():
     async def scenario() -> None:
         writer = ScriptedWriter(config=config(max_batch_size=50, max_time_in_buffer_ms=20))
+        start = asyncio.get_running_loop().time()
         await writer.write_many(records(2))
         await settle()
         assert writer.requests == []
-        for _ in range(100):  # the 20 ms timer fires; allow a loaded machine to be late
-            await asyncio.sleep(0.01)
-            if writer.requests:
-                break
+        await asyncio.sleep(0.019)
+        assert writer.requests == []  # not before the 20 ms are up
+        await asyncio.sleep(0.002)
         assert writer.requests == [records(2)]
+        assert writer.request_times[0] - start == pytest.approx(0.020)
         await writer.close()
 
     run(scenario())
@@ -328,9 +331,8 @@ def test_backoff_grows_exponentially_and_is_capped():
         await writer.write_many(records(1))
         await writer.flush()
         gaps = [b - a for a, b in itertools.pairwise(writer.request_times)]
-        # 20, 40, then capped at 50 and 50 ms (timers fire late, never early).
-        for gap, expected in zip(gaps, [0.020, 0.040, 0.050, 0.050], strict=True):
-            assert expected - 0.002 <= gap < expected + 0.060  # uncapped would be 80, 160 ms
+        # 20, 40, then capped at 50 and 50 ms (uncapped would be 80, 160 ms).
+        assert gaps == pytest.approx([0.020, 0.040, 0.050, 0.050])
         assert len(writer.requests) == 5
         await writer.close()
 
@@ -449,9 +451,11 @@ def test_the_classifier_is_a_value_that_decides_what_is_retried():
 
 
 def test_retry_after_delays_the_retry_and_every_other_request():
+    retry_after_s = 1.0
+
     def throttle_first(entries: list[bytes], number: int) -> list[bytes]:
         if number == 0:
-            raise ThrottledError("slow down", retry_after_s=0.08)
+            raise ThrottledError("slow down", retry_after_s=retry_after_s)
         return []
 
     async def scenario() -> None:
@@ -463,7 +467,8 @@ def test_retry_after_delays_the_retry_and_every_other_request():
         assert len(writer.requests) == 1
         await writer.flush()
         start = writer.request_times[0]
-        assert all(when - start >= 0.078 for when in writer.request_times[1:])
+        assert len(writer.request_times) == 3  # the retry and the held-back batch
+        assert all(when - start >= retry_after_s - 1e-9 for when in writer.request_times[1:])
         assert sorted(writer.delivered) == records(4)
         assert writer.metrics.num_throttled_requests == 1
         await writer.close()
