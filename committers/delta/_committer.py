@@ -32,6 +32,7 @@ from committers.delta._staging import (
     STAGING_DIR,
     epoch_staging_dir,
     is_run_manifest,
+    manifest_task_attempt,
     read_manifests,
 )
 from committers.delta._storage import TableLocation
@@ -99,6 +100,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._table: DeltaTable | None = None
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
+        # Task attempts of this run whose every file was committed: their manifests need no read.
+        self._committed_attempts: dict[tuple[str, str, int], set[int]] = {}
 
     # -- table handle ---------------------------------------------------------------------
 
@@ -200,6 +203,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 ),
             )
             self._committed_paths[_key(epoch)] = {f.path for f in committable.files}
+            self._committed_attempts[_key(epoch)] = {f.task_attempt_id for f in committable.files}
             self._clean_expired_logs(table, committed_version=read_version + 1)
 
         try:
@@ -297,7 +301,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         run's own staging is deleted: another run of the same writer (a zombie driver, a
         concurrent re-run of a bounded write) may still be about to commit its files.
         """
-        manifests = read_manifests(self._location, epoch)
+        attempts = self._committed_attempts.pop(_key(epoch), set())
+        manifests = read_manifests(
+            self._location,
+            epoch,
+            known=lambda m: is_run_manifest(m, epoch) and manifest_task_attempt(m) in attempts,
+        )
         committed, committed_files = self._committed_files(epoch)
         self._committed_paths.pop(_key(epoch), None)
         if not manifests:
