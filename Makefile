@@ -36,6 +36,10 @@ test: prereqs $(STAMP) lint typecheck
 bench: prereqs $(STAMP)
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/commit_latency.py
+	$(PY) benchmarks/commit_latency.py 30 --s3
+	$(PY) benchmarks/s3_staging.py
+	$(PY) benchmarks/async_writer_overhead.py
+	$(PY) benchmarks/async_congestion.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
