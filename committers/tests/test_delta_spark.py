@@ -26,6 +26,7 @@ from committers.tests._spark_helpers import (
     CrashingFirstAttemptSink,
     file_stream,
     forget_newest_commit,
+    make_source,
     run_available_now,
     write_source_file,
 )
@@ -37,16 +38,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _source(tmp_path: Path, files: int, per_file: int = 10, start: int = 0, name: str = "src"):
-    directory = tmp_path / name
-    for f in range(files):
-        first = start + f * per_file
-        write_source_file(directory, f"part-{f:03d}", range(first, first + per_file))
-    return directory
-
-
 def test_replayed_batch_after_commit_is_skipped(spark, tmp_path):
-    src, table, chk = _source(tmp_path, 3), str(tmp_path / "table"), tmp_path / "chk"
+    src, table, chk = make_source(tmp_path, 3), str(tmp_path / "table"), tmp_path / "chk"
     sink = TwoPhaseSink(DeltaSink(table, app_id="replay", partition_by=["day"]))
     run_available_now(sink, file_stream(spark, src), chk)
     assert [b.status for b in sink.batches] == ["committed"] * 3
@@ -69,27 +62,10 @@ def test_replayed_batch_after_commit_is_skipped(spark, tmp_path):
     assert_no_orphans(table)
 
 
-def test_driver_killed_between_staging_and_commit(tmp_path):
-    src, table, chk = _source(tmp_path, 3), str(tmp_path / "table"), str(tmp_path / "chk")
-    command = [sys.executable, "-m", "committers.tests._streaming_driver", str(src), table, chk]
+def _run_driver(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run the streaming driver in its own process group, so it can kill all of it."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    killed = subprocess.run(
-        [*command, "1"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,
-    )
-    assert "KILLING DRIVER BEFORE COMMIT" in killed.stdout, killed.stderr[-2000:]
-    assert killed.returncode == -9
-    # The crash left batch 1 staged but uncommitted: files on disk the table does not know.
-    assert DeltaTable(table).transaction_version("killed-driver") == 0
-    assert data_files_on_disk(table) - committed_files(table)
-    assert staging_leftovers(table)
-
-    restarted = subprocess.run(
+    return subprocess.run(
         command,
         cwd=REPO_ROOT,
         env=env,
@@ -98,6 +74,20 @@ def test_driver_killed_between_staging_and_commit(tmp_path):
         timeout=300,
         start_new_session=True,
     )
+
+
+def test_driver_killed_between_staging_and_commit(tmp_path):
+    src, table, chk = make_source(tmp_path, 3), str(tmp_path / "table"), str(tmp_path / "chk")
+    command = [sys.executable, "-m", "committers.tests._streaming_driver", str(src), table, chk]
+    killed = _run_driver([*command, "1"])
+    assert "KILLING DRIVER BEFORE COMMIT" in killed.stdout, killed.stderr[-2000:]
+    assert killed.returncode == -9
+    # The crash left batch 1 staged but uncommitted: files on disk the table does not know.
+    assert DeltaTable(table).transaction_version("killed-driver") == 0
+    assert data_files_on_disk(table) - committed_files(table)
+    assert staging_leftovers(table)
+
+    restarted = _run_driver(command)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "(1, 'committed')" in restarted.stdout
     values = ids(table)
@@ -133,8 +123,8 @@ def _start(sink, df, chk):
 
 def test_two_app_ids_write_one_table_concurrently(spark, tmp_path):
     table = str(tmp_path / "table")
-    src_a = _source(tmp_path, 4, start=0, name="a")
-    src_b = _source(tmp_path, 4, start=500, name="b")
+    src_a = make_source(tmp_path, 4, start=0, name="a")
+    src_b = make_source(tmp_path, 4, start=500, name="b")
     sink_a = TwoPhaseSink(DeltaSink(table, app_id="app-a", partition_by=["day"]))
     query_a = _start(sink_a, file_stream(spark, src_a), tmp_path / "chk-a")
     sink_b = TwoPhaseSink(DeltaSink(table, app_id="app-b", partition_by=["day"]))
@@ -154,8 +144,8 @@ def test_two_app_ids_write_one_table_concurrently(spark, tmp_path):
 def test_two_instances_of_one_app_id_one_fails_clearly(spark, tmp_path):
     table = str(tmp_path / "table")
     sources = {
-        "a": (_source(tmp_path, 3, start=0, name="a"), list(range(30))),
-        "b": (_source(tmp_path, 3, start=700, name="b"), list(range(700, 730))),
+        "a": (make_source(tmp_path, 3, start=0, name="a"), list(range(30))),
+        "b": (make_source(tmp_path, 3, start=700, name="b"), list(range(700, 730))),
     }
     queries = {}
     for name, (src, _) in sources.items():
@@ -178,7 +168,7 @@ def test_two_instances_of_one_app_id_one_fails_clearly(spark, tmp_path):
 
 def test_fresh_checkpoint_with_known_app_id_is_refused_unless_continued(spark, tmp_path):
     table = str(tmp_path / "table")
-    src = _source(tmp_path, 2)
+    src = make_source(tmp_path, 2)
     run_available_now(
         TwoPhaseSink(DeltaSink(table, app_id="reset")), file_stream(spark, src), tmp_path / "c1"
     )
@@ -188,7 +178,7 @@ def test_fresh_checkpoint_with_known_app_id_is_refused_unless_continued(spark, t
         )
     assert not (tmp_path / "c2" / "commits").exists()  # the query never started
 
-    new_src = _source(tmp_path, 2, start=100, name="src2")
+    new_src = make_source(tmp_path, 2, start=100, name="src2")
     for attempt in range(2):  # the second run restarts from c3 and must keep the offset
         continued = TwoPhaseSink(DeltaSink(table, app_id="reset"), on_checkpoint_reset="continue")
         if attempt:
@@ -201,7 +191,7 @@ def test_fresh_checkpoint_with_known_app_id_is_refused_unless_continued(spark, t
 
 
 def test_derived_app_id_is_stable_across_restarts(spark, tmp_path):
-    src, table, chk = _source(tmp_path, 2), str(tmp_path / "table"), tmp_path / "chk"
+    src, table, chk = make_source(tmp_path, 2), str(tmp_path / "table"), tmp_path / "chk"
     first = TwoPhaseSink(DeltaSink(table))
     run_available_now(first, file_stream(spark, src), chk)
     app_id = first.last_batch.app_id

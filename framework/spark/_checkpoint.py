@@ -23,14 +23,12 @@ def _fs_and_path(checkpoint_location: str) -> tuple[fsspec.AbstractFileSystem, s
 @dataclass(frozen=True)
 class CheckpointInfo:
     """Attributes:
-    fresh: Spark has not started a query from this checkpoint yet.
-    query_id: the query id Spark stored (stable across restarts), if any.
+    fresh: Spark has not started a query from this checkpoint yet (no ``metadata`` file).
     epoch_offset: added to Spark batch ids to form epoch ids; non-zero only after a reset
         checkpoint was explicitly continued.
     """
 
     fresh: bool
-    query_id: str | None
     epoch_offset: int | None
 
 
@@ -42,8 +40,6 @@ def read_checkpoint(checkpoint_location: str) -> CheckpointInfo:
     """
     try:
         return _read_checkpoint(checkpoint_location)
-    except FileNotFoundError:
-        raise
     except Exception as err:
         raise ConfigurationError(
             f"cannot read the checkpoint {checkpoint_location} from the driver ({err}). The sink "
@@ -54,19 +50,13 @@ def read_checkpoint(checkpoint_location: str) -> CheckpointInfo:
 
 def _read_checkpoint(checkpoint_location: str) -> CheckpointInfo:
     fs, root = _fs_and_path(checkpoint_location)
-    query_id = None
-    try:
-        with fs.open(f"{root}/metadata", "rb") as src:
-            query_id = json.loads(src.read().decode().splitlines()[0])["id"]
-    except FileNotFoundError:
-        pass
     offset = None
     try:
         with fs.open(f"{root}/{_SINK_STATE}", "rb") as src:
             offset = int(json.loads(src.read())["epoch_offset"])
     except FileNotFoundError:
         pass
-    return CheckpointInfo(fresh=query_id is None, query_id=query_id, epoch_offset=offset)
+    return CheckpointInfo(fresh=not fs.exists(f"{root}/metadata"), epoch_offset=offset)
 
 
 def save_epoch_offset(checkpoint_location: str, app_id: str, offset: int) -> None:
