@@ -199,12 +199,27 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
         self._closed = False
         self._counters = _Counters()
 
+        # Restored entries are held to the same limit as new ones (Flink refuses them at
+        # construction): without a dead-letter queue an oversized one fails here, with one it
+        # is dead-lettered before anything is sent.
+        self._restored_oversized: list[RequestEntryWrapper[RequestEntryT]] = []
+        limit = self._config.max_record_size_in_bytes
         for state in initial_state:
             for wrapper in state.entries:
+                if wrapper.size_in_bytes > limit:
+                    self._restored_oversized.append(wrapper)
+                    continue
                 self._buffer.append(
                     _Buffered(wrapper.entry, wrapper.size_in_bytes, wrapper.failed_attempts)
                 )
                 self._buffered_bytes += wrapper.size_in_bytes
+        if self._restored_oversized and self._dead_letters is None:
+            sizes = [wrapper.size_in_bytes for wrapper in self._restored_oversized]
+            raise RecordTooLargeError(
+                f"{len(sizes)} restored entries are larger than max_record_size_in_bytes "
+                f"({limit}): {sizes[:5]} bytes. They were buffered by a writer with a higher "
+                "limit; raise the limit back, or configure a dead_letter_queue to divert them"
+            )
 
     # ----------------------------------------------------------------- destination interface
 
@@ -280,6 +295,8 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
                 retry budget without a dead-letter queue); the writer is unusable.
         """
         self._raise_if_failed()
+        if self._restored_oversized:
+            await self._divert_restored_oversized()
         if not entries:
             return
         loop = self._ensure_loop()
@@ -324,6 +341,8 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
                 failed. Entries may then be undelivered: fail the task so its input is replayed.
         """
         loop = self._ensure_loop()
+        if self._restored_oversized:
+            await self._divert_restored_oversized()
         self._flushing += 1
         try:
             while True:
@@ -355,6 +374,8 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
         wrappers.extend(
             RequestEntryWrapper(item.entry, item.size, item.attempts) for item in self._buffer
         )
+        # Not dead-lettered yet (that happens on first use): they must not vanish meanwhile.
+        wrappers.extend(self._restored_oversized)
         return BufferedRequestState(tuple(wrappers))
 
     @property
@@ -418,6 +439,27 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
                 raise SinkError("the async sink writer is closed")
             loop = self._loop = asyncio.get_running_loop()
         return loop
+
+    async def _divert_restored_oversized(self) -> None:
+        """Dead-letter the oversized restored entries (only kept when a queue exists)."""
+        oversized, self._restored_oversized = self._restored_oversized, []
+        if not oversized or self._dead_letters is None:
+            return
+        limit = self._config.max_record_size_in_bytes
+        letters = [
+            DeadLetter.from_error(
+                self.describe_entry(wrapper.entry),
+                "record_too_large",
+                RecordTooLargeError(
+                    f"restored entry of {wrapper.size_in_bytes} bytes, larger than "
+                    f"max_record_size_in_bytes ({limit})"
+                ),
+                wrapper.failed_attempts,
+            )
+            for wrapper in oversized
+        ]
+        await self._dead_letters.write(letters)
+        self._counters.num_dead_lettered += len(letters)
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:

@@ -752,6 +752,30 @@ def test_snapshot_and_restore_keep_order_and_retry_budgets():
     run(second_life(stored))
 
 
+def test_restored_entries_are_held_to_the_record_size_limit():
+    """An entry saved by a writer with a higher limit is validated like a new one."""
+    big = BufferedRequestState(
+        (RequestEntryWrapper(b"x" * 100, 100), RequestEntryWrapper(b"ok", 2))
+    )
+    limited = config(max_batch_size=10, max_record_size_in_bytes=15)
+    with pytest.raises(RecordTooLargeError, match=r"restored entries .* max_record_size"):
+        ScriptedWriter(config=limited, initial_state=[big])
+
+    async def with_queue() -> None:
+        queue = ListDeadLetterQueue()
+        writer = ScriptedWriter(config=limited, initial_state=[big], dead_letter_queue=queue)
+        assert [w.entry for w in writer.snapshot_state().entries] == [b"ok", b"x" * 100]
+        await writer.flush()
+        assert writer.requests == [[b"ok"]]
+        assert [(letter.entry, letter.reason) for letter in queue.letters] == [
+            (b"x" * 100, "record_too_large")
+        ]
+        assert writer.metrics.num_dead_lettered == 1
+        await writer.close()
+
+    run(with_queue())
+
+
 def test_state_serializer_rejects_damaged_data():
     serializer = BufferedRequestStateSerializer(BytesEntrySerializer())
     data = serializer.serialize(BufferedRequestState((RequestEntryWrapper(b"abc", 3),)))
