@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,40 @@ def test_endpoint_failing_the_self_test_is_refused(df, table: S3Table) -> None: 
     assert (metrics.status, metrics.rows) == ("committed", 100)
     assert table.ids() == list(range(100))
     table.assert_no_orphans()
+
+
+def test_errors_do_not_depend_on_what_ran_before(df, table: S3Table) -> None:  # type: ignore[no-untyped-def]
+    """Once the endpoint passed the self-test in this process, wrong credentials and a missing
+    bucket are still classified (not raw delta-rs text)."""
+    assert _sink(table.uri, table.options).write(df).status == "committed"
+    assert PROCESS_CACHE.is_verified(table.server.endpoint)
+
+    other = f"{table.uri}-second"
+    wrong = {**table.options, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    with pytest.raises(LocationNotWritableError, match="access denied") as caught:
+        _sink(other, wrong).write(df)
+    assert "\x1b[" not in str(caught.value) and "<?xml" not in str(caught.value)
+    with pytest.raises(LocationNotWritableError, match="bucket 'sink-no-such-bucket' does not"):
+        _sink("s3://sink-no-such-bucket/t", table.options).write(df)
+
+
+def test_no_credentials_is_said_plainly_and_nothing_else(  # type: ignore[no-untyped-def]
+    df, table: S3Table, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    options = {
+        name: value
+        for name, value in table.options.items()
+        if name not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    }
+    with (
+        caplog.at_level(logging.WARNING),
+        pytest.raises(LocationNotWritableError, match="no AWS credentials found"),
+    ):
+        _sink(table.uri, options).write(df)
+    assert "probe" not in caplog.text  # no warning about an object that was never written
+    table.assert_nothing_written()

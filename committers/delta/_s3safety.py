@@ -6,6 +6,8 @@ no lock is used. On a server or gateway that ignores the header, two concurrent 
 same version both "succeed" and one of them silently disappears. :func:`verify_conditional_put`
 checks the endpoint once, before the first commit, with a probe object under the table root:
 
+0. LIST under the table root (on every call, never cached: access errors are classified the
+   same way whatever the process did before);
 1. PUT ``<table>/_sink_staging/_conditional_put_probe/<uuid>`` with ``If-None-Match: *``
    (must succeed);
 2. PUT the same key again, with other content and the same header (must be rejected with 412);
@@ -129,14 +131,18 @@ def verify_conditional_put(
     cache: ConditionalPutCache | None = None,
     backoff: Backoff = PROBE_BACKOFF,
 ) -> None:
-    """Make sure ``location``'s S3 endpoint rejects a second ``If-None-Match: *`` PUT with 412.
+    """Check that ``location`` is reachable and writable, and that its S3 endpoint rejects a
+    second ``If-None-Match: *`` PUT with 412. Non-S3 locations return at once.
 
-    Call it before the first commit to a location. Non-S3 locations return at once.
+    Call it before the first commit to a location. The access check (one listing under the
+    table root) runs on every call, so wrong credentials, a missing bucket, a wrong region or
+    an unreachable endpoint are reported the same way whatever ran before in the process; only
+    the conditional-PUT verdict is remembered in ``cache``.
 
     Args:
         location: the table location; the probe uses its endpoint, credentials and bucket.
         skip: the user's explicit, loudly named override (``unsafe_skip_conditional_put_check``):
-            no probe is made and a warning is logged naming the endpoint.
+            no conditional PUT is made and a warning is logged naming the endpoint.
         cache: where verified endpoints are remembered; :data:`PROCESS_CACHE` by default.
         backoff: retry policy of every probe request.
 
@@ -150,13 +156,15 @@ def verify_conditional_put(
         UnsafeStorageError: the endpoint accepted the second conditional PUT, overwrote the
             object, rejected the header, or otherwise did not answer 412; the message names
             the endpoint and what it did. Writing there could lose commits.
-        LocationNotWritableError: the probe could not run: access denied (wrong credentials),
-            missing bucket, wrong region, unreachable endpoint (after bounded retries), or an
-            unexpected error. Nothing was committed.
+        LocationNotWritableError: access denied (wrong or missing credentials), missing bucket,
+            wrong region, unreachable endpoint (after bounded retries), or an unexpected error.
+            Nothing was written.
     """
     if not location.is_s3:
         return
     endpoint = location.endpoint
+    probe = _Probe(location, backoff)
+    probe.check_access()
     if skip:
         logger.warning(
             "UNSAFE: the conditional-put self-test is skipped for %s (table %s) at the user's "
@@ -169,7 +177,7 @@ def verify_conditional_put(
     cache = PROCESS_CACHE if cache is None else cache
     if cache.is_verified(endpoint):
         return
-    _Probe(location, backoff).run()
+    probe.run()
     cache.mark_verified(endpoint)
     logger.info("S3 endpoint %s honours If-None-Match: * (conditional PUT verified)", endpoint)
 
@@ -301,27 +309,37 @@ class _Probe:
                     f"endpoint unreachable or failing after bounded retries "
                     f"({type(err).__name__}: {_first_line(err)})"
                 )
-            elif type(err).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+            elif _is_credentials_error(err):
                 reason = (
                     "no AWS credentials found: pass AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
                     "in storage_options, or set the standard AWS environment variables/profile"
                 )
             else:
                 reason = f"{type(err).__name__}: {_first_line(err)}"
-        return LocationNotWritableError(
-            f"cannot write {where}: {reason}. The safe-commit self-test could not run; "
-            "nothing was committed."
-        )
+        return LocationNotWritableError(f"cannot write {where}: {reason}. Nothing was written.")
 
     # -- the test ---------------------------------------------------------------------------
 
-    def run(self) -> None:
-        first = b"conditional-put-probe:first:" + uuid.uuid4().hex.encode()
-        second = b"conditional-put-probe:second:" + uuid.uuid4().hex.encode()
+    def check_access(self) -> None:
+        """One listing under the table root, classified like every probe request."""
         try:
             self.fs = self._filesystem()
         except Exception as err:
             raise self._not_writable(err) from err
+        prefix = f"{self.location.key_prefix}/" if self.location.key_prefix else ""
+
+        async def make(client: Any) -> None:
+            await client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1)
+
+        try:
+            self._call(f"access check at {self.endpoint}", make)
+        except Exception as err:
+            raise self._not_writable(err) from err
+
+    def run(self) -> None:
+        """The conditional-PUT test itself; :meth:`check_access` must have passed."""
+        first = b"conditional-put-probe:first:" + uuid.uuid4().hex.encode()
+        second = b"conditional-put-probe:second:" + uuid.uuid4().hex.encode()
         may_exist = True  # until the first PUT is known not to have landed
         try:
             # 1. create the probe object
@@ -339,7 +357,7 @@ class _Probe:
                 # 412 on a fresh random key: an earlier attempt of ours landed and its
                 # response was lost, or the server rejects every conditional PUT. Step 3 tells.
             except Exception as err:
-                may_exist = not _PROBE_ERRORS.never_sent(err)
+                may_exist = not (_PROBE_ERRORS.never_sent(err) or _is_credentials_error(err))
                 raise self._not_writable(err) from err
 
             # 2. the same key again: must be rejected with 412
@@ -376,6 +394,11 @@ class _Probe:
         finally:
             if may_exist:
                 self._delete()
+
+
+def _is_credentials_error(err: BaseException) -> bool:
+    """botocore found no (complete) credentials: raised before any request is sent."""
+    return type(err).__name__ in ("NoCredentialsError", "PartialCredentialsError")
 
 
 def _first_line(err: BaseException) -> str:

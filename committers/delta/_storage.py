@@ -22,7 +22,10 @@ option                     delta-rs (commits)                   s3fs / botocore 
                                                                 (= max_retries + 1)
 =========================  ===================================  ===============================
 
-Any other option is passed to delta-rs unchanged.
+Other names are refused with a clear error: Hadoop S3A names (``fs.s3a.endpoint``, also with a
+``spark.hadoop.`` prefix) name their equivalent above; unknown names for S3 or local tables list
+the supported ones. Options of other schemes (``gs://``, ``az://``, ...) go to delta-rs and
+fsspec unchanged.
 
 When options leave something out, the standard AWS sources fill it in:
 
@@ -83,6 +86,27 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 _CANONICAL = {alias: name for name, aliases in _ALIASES.items() for alias in aliases}
 _CANONICAL.update({name.upper(): name for name in _ALIASES})
+
+# Hadoop S3A names users bring from Spark configurations, with what to write instead.
+_HADOOP_EQUIVALENTS = {
+    "fs.s3a.endpoint": "AWS_ENDPOINT_URL",
+    "fs.s3a.access.key": "AWS_ACCESS_KEY_ID",
+    "fs.s3a.secret.key": "AWS_SECRET_ACCESS_KEY",
+    "fs.s3a.session.token": "AWS_SESSION_TOKEN",
+    "fs.s3a.endpoint.region": "AWS_REGION",
+    "fs.s3a.region": "AWS_REGION",
+    "fs.s3a.path.style.access": "AWS_VIRTUAL_HOSTED_STYLE_REQUEST (inverted: 'false' = path style)",
+    "fs.s3a.connection.ssl.enabled": (
+        "AWS_ALLOW_HTTP='true' (inverted) with an http:// AWS_ENDPOINT_URL"
+    ),
+    "fs.s3a.connection.establish.timeout": "connect_timeout",
+    "fs.s3a.connection.timeout": "timeout",
+    "fs.s3a.attempts.maximum": "max_retries",
+    "fs.s3a.retry.limit": "max_retries",
+    "fs.s3a.aws.credentials.provider": (
+        "AWS_PROFILE, or the standard AWS credential chain (environment, shared files, roles)"
+    ),
+}
 
 #: Option names whose values are secret: never shown in reprs or logs.
 SECRET_OPTIONS = frozenset({"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
@@ -167,11 +191,40 @@ def _as_text(name: str, value: object) -> str:
     )
 
 
-def _canonicalize(options: Mapping[str, object]) -> dict[str, str]:
-    """Map aliases to canonical names; reject two spellings of one option with different values."""
+def _reject_foreign_name(raw_name: str, scheme: str) -> None:
+    """Hadoop-style and unknown option names are errors, never silently ignored."""
+    name = raw_name.removeprefix("spark.hadoop.")
+    if name.lower().startswith("fs."):
+        equivalent = _HADOOP_EQUIVALENTS.get(name.lower())
+        instead = (
+            f"use {equivalent}"
+            if equivalent
+            else f"the options this sink understands are {', '.join(_ALIASES)}"
+        )
+        raise ConfigurationError(
+            f"storage option {raw_name!r} is a Hadoop file system setting, which does not reach "
+            f"delta-rs or fsspec (the sink does not write through Hadoop): {instead}"
+        )
+    if scheme == "file":
+        raise ConfigurationError(
+            f"storage option {raw_name!r} is not used by local tables; local paths take no "
+            "storage options"
+        )
+    if scheme in _S3_SCHEMES and raw_name.upper() not in _CANONICAL:
+        raise ConfigurationError(
+            f"unknown storage option {raw_name!r} for an S3 table. Every option is applied to "
+            "both staging (s3fs) and commits (delta-rs), and these are the ones the sink can "
+            f"apply to both: {', '.join(_ALIASES)} (aliases and any case accepted)"
+        )
+
+
+def _canonicalize(options: Mapping[str, object], scheme: str) -> dict[str, str]:
+    """Map aliases to canonical names; reject two spellings of one option with different values,
+    Hadoop-style names, and names unknown for ``scheme``."""
     out: dict[str, str] = {}
     spelled: dict[str, str] = {}
     for raw_name, raw_value in options.items():
+        _reject_foreign_name(str(raw_name), scheme)
         name = _CANONICAL.get(str(raw_name).upper(), str(raw_name))
         value = _as_text(str(raw_name), raw_value)
         if name in out and out[name] != value:
@@ -312,13 +365,14 @@ class TableLocation:
             environ: the environment to resolve defaults from (``os.environ`` by default).
 
         Raises:
-            ConfigurationError: an option is malformed, given twice with different values, an
-                ``http://`` endpoint is used without ``AWS_ALLOW_HTTP``, or an S3 URI names no
-                bucket. Nothing is contacted or written.
+            ConfigurationError: an option is unknown, Hadoop-style, malformed, given twice
+                with different values, an ``http://`` endpoint is used without
+                ``AWS_ALLOW_HTTP``, or an S3 URI names no bucket. Nothing is contacted or
+                written.
         """
         uri = _normalize(str(table_uri))
-        options = _canonicalize(storage_options or {})
         scheme = urlparse(uri).scheme if "://" in uri else "file"
+        options = _canonicalize(storage_options or {}, scheme)
         if scheme in _S3_SCHEMES:
             if not urlparse(uri).netloc:
                 raise ConfigurationError(f"S3 table URI {table_uri!r} names no bucket")

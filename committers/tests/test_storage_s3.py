@@ -242,12 +242,42 @@ def test_location_pickles_as_plain_values(clean_aws_env: Path) -> None:
     assert restored.delta_storage_options() == location.delta_storage_options()
 
 
-def test_local_locations_are_unchanged(tmp_path: Path) -> None:
-    location = TableLocation.of(str(tmp_path / "t"), {"anything": "x"})
+def test_local_locations_take_no_options(tmp_path: Path) -> None:
+    location = TableLocation.of(str(tmp_path / "t"))
     assert location.is_local and not location.is_s3
-    assert location.delta_storage_options() == {"anything": "x"}
+    assert location.delta_storage_options() == {}
     assert location.fsspec_options() == {}
     assert location.endpoint == "file"
+    with pytest.raises(ConfigurationError, match="local paths take no storage options"):
+        TableLocation.of(str(tmp_path / "t"), {"anything": "x"})
+
+
+@pytest.mark.parametrize(
+    ("name", "equivalent"),
+    [
+        ("fs.s3a.endpoint", "AWS_ENDPOINT_URL"),
+        ("spark.hadoop.fs.s3a.access.key", "AWS_ACCESS_KEY_ID"),
+        ("fs.s3a.secret.key", "AWS_SECRET_ACCESS_KEY"),
+        ("fs.s3a.path.style.access", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST"),
+        ("fs.s3a.fast.upload", "options this sink understands are AWS_ENDPOINT_URL"),
+    ],
+)
+def test_hadoop_option_names_are_refused_with_their_equivalent(
+    clean_aws_env: Path, name: str, equivalent: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="Hadoop file system setting") as caught:
+        TableLocation.of("s3a://b/t", {name: "x", "AWS_REGION": "eu-west-1"})
+    assert equivalent in str(caught.value)
+
+
+def test_unknown_s3_option_is_refused(clean_aws_env: Path) -> None:
+    with pytest.raises(ConfigurationError, match="unknown storage option 'AWS_ENDPONT_URL'"):
+        TableLocation.of("s3://b/t", {"AWS_ENDPONT_URL": "https://s3.example.com"})
+
+
+def test_options_of_other_schemes_pass_through() -> None:
+    location = TableLocation.of("gs://bucket/t", {"google_service_account": "x"})
+    assert location.delta_storage_options() == {"google_service_account": "x"}
 
 
 # -- both sides against the session's S3 server (root conftest.py) ----------------------------
