@@ -17,6 +17,8 @@
     │   ├── CommitConflictError        lost a race with another writer; safe to retry on a fresh
     │   │                              snapshot (the framework does so before raising)
     │   ├── ConcurrentWriterError      another instance of the SAME app id is writing; never retried
+    │   ├── EpochRegressionError       an epoch id below the app id's recorded one, never committed:
+    │   │                              neither a replay nor committable (Delta's txnVersion rule)
     │   └── CommitStateUnknownError    the request may or may not have landed: reconcile by
     │                                  reading the destination, never retry blindly
     ├── CheckpointResetError           a fresh checkpoint reuses an app id the table already knows
@@ -45,6 +47,7 @@ __all__ = [
     "ConfigurationError",
     "DeliveryError",
     "DestinationError",
+    "EpochRegressionError",
     "FatalDeliveryError",
     "InputError",
     "LocationNotWritableError",
@@ -116,6 +119,12 @@ class CommitConflictError(CommitError):
 
 class ConcurrentWriterError(CommitError):
     """Another instance with the same app id committed this batch; retrying would be wrong."""
+
+
+class EpochRegressionError(CommitError):
+    """The epoch id is lower than the newest one the destination records for the app id, and
+    that epoch was never committed: it is not a replay, and committing it would break the
+    increasing ids per app id that exactly-once relies on. Nothing is committed."""
 
 
 class CommitStateUnknownError(CommitError):

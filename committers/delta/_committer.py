@@ -50,6 +50,7 @@ from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     ConcurrentWriterError,
+    EpochRegressionError,
 )
 from framework.sink import Epoch, GlobalCommitter
 
@@ -126,34 +127,21 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     # -- GlobalCommitter ------------------------------------------------------------------
 
     def is_committed(self, epoch: Epoch) -> bool:
-        table = self.table()
-        last = table.transaction_version(epoch.app_id)
-        if last is None or last < epoch.epoch_id:
+        held = self._holds(self.table(), epoch)
+        if not held:
             self._checked_epoch = _key(epoch)
-            return False
-        record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
-        self._check_same_writer(epoch, record or newest)
-        return True
+        return held
 
-    def _check_same_writer(self, epoch: Epoch, record: CommitRecord | None) -> None:
-        if record is None or record.writer_identity in (None, epoch.writer_identity):
+    def _check_same_writer(self, epoch: Epoch, record: CommitRecord) -> None:
+        """``record`` is the commit of ``epoch``: it must be this writer's."""
+        if record.writer_identity in (None, epoch.writer_identity):
             return
-        if record.epoch_id is not None and record.epoch_id != epoch.epoch_id:
-            situation = (
-                f"the table already holds batch {record.epoch_id} of it (table version "
-                f"{record.version}, writer {record.writer_identity!r}), so batch "
-                f"{epoch.epoch_id} of this writer ({epoch.writer_identity!r}) would be skipped. "
-                "Epoch ids must increase per app id; if another query shares the app id, give "
-                "each query its own app_id."
-            )
-        else:
-            situation = (
-                f"batch {epoch.epoch_id} was committed at table version {record.version} by "
-                f"writer {record.writer_identity!r}, not by this one ({epoch.writer_identity!r})."
-                " Skipping it would lose this writer's rows; give each query its own app_id, or "
-                "stop the other query."
-            )
-        raise ConcurrentWriterError(f"app id {epoch.app_id!r} is used by two writers: {situation}")
+        raise ConcurrentWriterError(
+            f"app id {epoch.app_id!r} is used by two writers: batch {epoch.epoch_id} was "
+            f"committed at table version {record.version} by writer {record.writer_identity!r},"
+            f" not by this one ({epoch.writer_identity!r}). Skipping it would lose this "
+            "writer's rows; give each query its own app_id, or stop the other query."
+        )
 
     def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:
         return DeltaCommittable(
@@ -232,18 +220,51 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     def _holds(self, table: DeltaTable, epoch: Epoch) -> bool:
         """Whether ``table`` already holds ``epoch`` (before a commit, or to reconcile one).
 
-        Raises ``ConcurrentWriterError`` if another writer committed it. If an earlier attempt
-        of this run landed, its files are what clean-up must keep.
+        The txn says whether the app id got this far; the commit history says by whom. If an
+        earlier attempt of this run landed, its files are what clean-up must keep.
+
+        Raises:
+            ConcurrentWriterError: another writer committed the epoch, or (streaming) moved the
+                app id past it.
+            EpochRegressionError: a bounded epoch below the recorded one that was never
+                committed (or whose commit is older than the history searched).
         """
         last = table.transaction_version(epoch.app_id)
         if last is None or last < epoch.epoch_id:
             return False
         record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
-        self._check_same_writer(epoch, record or newest)
-        if record is not None and record.run_id == epoch.run_id:
-            self._committed_paths[_key(epoch)] = added_paths(self._location, record.version)
+        if record is not None:
+            self._check_same_writer(epoch, record)
+            if record.run_id == epoch.run_id:
+                self._committed_paths[_key(epoch)] = added_paths(self._location, record.version)
+        elif last != epoch.epoch_id:
+            self._check_epoch_order(epoch, last, newest)
         log.info("batch %s of %r is already in the table", epoch.epoch_id, epoch.app_id)
         return True
+
+    def _check_epoch_order(self, epoch: Epoch, last: int, newest: CommitRecord | None) -> None:
+        """``epoch`` is below the recorded ``last`` and its own commit was not found.
+
+        A streaming writer only moves forward, so if it made the newest commit of the app id,
+        the epoch is an old replay. Anything else is an error, never a silent skip.
+        """
+        if not epoch.bounded:
+            if newest is None or newest.writer_identity in (None, epoch.writer_identity):
+                return
+            raise ConcurrentWriterError(
+                f"app id {epoch.app_id!r} is used by two writers: the table already holds batch "
+                f"{newest.epoch_id} of it (table version {newest.version}, writer "
+                f"{newest.writer_identity!r}), so batch {epoch.epoch_id} of this writer "
+                f"({epoch.writer_identity!r}) would be skipped. Give each query its own app_id."
+            )
+        raise EpochRegressionError(
+            f"epoch {epoch.epoch_id} of app id {epoch.app_id!r} is lower than the newest epoch "
+            f"the table records for it ({last}), and no commit of epoch {epoch.epoch_id} is in "
+            "the table's recent history. Delta keys exactly-once writes by increasing ids per "
+            "app id (its txnVersion rule), so this epoch can be neither skipped as a replay nor "
+            f"committed. Nothing was written. For a new job (a backfill, say), use its own "
+            f"app_id; to continue this one, use an epoch_id above {last}."
+        )
 
     def _clean_expired_logs(self, table: DeltaTable, committed_version: int) -> None:
         """Every ``log_cleanup_every`` versions, delete log files past the table's log retention.

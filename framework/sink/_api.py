@@ -51,12 +51,17 @@ class Epoch:
             ``app_id`` differ here, which lets a committer tell a replay from a second writer.
         run_id: unique per attempt of the coordinator to process this epoch; staged data is
             tagged with it so that leftovers of earlier attempts can be recognised.
+        bounded: the epoch of a bounded job, whose id the caller chooses: ids of one app id
+            need not arrive in increasing order across jobs. ``False`` for streaming, where one
+            writer identity only ever moves forward (so an epoch below its newest commit is a
+            replay even when its own commit is no longer in the destination's history).
     """
 
     app_id: str
     epoch_id: int
     writer_identity: str
     run_id: str
+    bounded: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

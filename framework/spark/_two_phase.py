@@ -76,6 +76,13 @@ def _arrow_schema(df: DataFrame) -> Any:
         ) from err
 
 
+def _check_epoch_id(epoch_id: object) -> None:
+    if epoch_id is None:
+        return
+    if not isinstance(epoch_id, int) or isinstance(epoch_id, bool) or epoch_id < 0:
+        raise ConfigurationError(f"epoch_id must be a non-negative integer, got {epoch_id!r}")
+
+
 class TwoPhaseSink:
     """Runs a framework :class:`~framework.sink.Sink` on Spark.
 
@@ -180,26 +187,47 @@ class TwoPhaseSink:
         Args:
             df: a batch DataFrame.
             epoch_id: optional id that makes the write idempotent: a second ``write`` with the
-                same ``epoch_id`` (and app id) is skipped if the first one committed. By default
-                each call is a new epoch after the last recorded one.
+                same ``epoch_id`` (and app id) is skipped if the first one committed. Needs an
+                explicit ``app_id`` on the sink. Without it, each call is a new epoch after the
+                last one recorded for the app id; without an ``app_id`` either, each call is a
+                one-off job with an identity of its own.
 
         Raises:
+            ConfigurationError: ``epoch_id`` without an ``app_id``, or not a non-negative int.
+            EpochRegressionError: ``epoch_id`` is below the newest epoch recorded for the app id
+                and was never committed (use a new app id for a new job, e.g. a backfill).
             InputError, DestinationError, CommitError: nothing is committed and every staged
                 file is removed, except for ``CommitStateUnknownError`` (the commit may have
                 landed; re-running with the same ``epoch_id`` reconciles it).
         """
         if getattr(df, "isStreaming", False):
             raise ConfigurationError("write needs a bounded DataFrame; use write_stream(df, ...)")
+        _check_epoch_id(epoch_id)
+        if epoch_id is not None and self.sink.app_id is None:
+            raise ConfigurationError(
+                f"write(df, epoch_id={epoch_id}) needs an app_id on the sink: the epoch id makes "
+                "a re-run idempotent only within one job's identity, and jobs without app_id "
+                "would share one and skip each other's epochs. Pass app_id='<this job>' to "
+                f"{type(self.sink).__name__}(...)."
+            )
         committer = self._prepare(df)
-        app_id = (self.sink.app_id or _DEFAULT_BOUNDED_APP) + _BOUNDED_SUFFIX
-        if epoch_id is None:
-            last = committer.last_committed_epoch(app_id) if committer else None
-            epoch_id = 0 if last is None else last + 1
-            identity = f"write-{uuid.uuid4()}"
+        if self.sink.app_id is None:
+            # A one-off job: an identity of its own, so it can never be taken for a replay.
+            app_id, epoch_id = f"{_DEFAULT_BOUNDED_APP}-{uuid.uuid4()}{_BOUNDED_SUFFIX}", 0
+            identity = f"write-{app_id}"
         else:
-            identity = f"write-{app_id}-{epoch_id}"  # stable, so a re-run is a replay
+            app_id = self.sink.app_id + _BOUNDED_SUFFIX
+            identity = f"write-{app_id}"  # stable, so a re-run of an epoch is a replay
+            if epoch_id is None:
+                last = committer.last_committed_epoch(app_id) if committer else None
+                epoch_id = 0 if last is None else last + 1
+                identity = f"write-{uuid.uuid4()}"  # two such runs at once are two writers
         epoch = Epoch(
-            app_id=app_id, epoch_id=epoch_id, writer_identity=identity, run_id=str(uuid.uuid4())
+            app_id=app_id,
+            epoch_id=epoch_id,
+            writer_identity=identity,
+            run_id=str(uuid.uuid4()),
+            bounded=True,
         )
         try:
             metrics = self._run_epoch(df, epoch, committer, batch_id=epoch_id)
