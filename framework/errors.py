@@ -6,7 +6,10 @@
     ├── ConfigurationError             an option is invalid; raised at construction, nothing written
     ├── InputError                     the data cannot be written as it is; nothing committed
     │   ├── SchemaMismatchError        batch schema differs from the table schema
-    │   ├── NullConstraintError        null in a non-nullable column
+    │   ├── InvalidSchemaError         the input's schema can be no table's (duplicate names, ...)
+    │   ├── ConstraintViolationError   a row breaks a rule of the table (CHECK, invariant,
+    │   │   │                          generated column, unstorable value)
+    │   │   └── NullConstraintError    null in a non-nullable column
     │   ├── UnsupportedTypeError       a column type the destination cannot store
     │   └── RecordTooLargeError        one record exceeds max_record_size_in_bytes
     ├── DestinationError               the destination is unusable as configured
@@ -45,11 +48,13 @@ __all__ = [
     "CommitStateUnknownError",
     "ConcurrentWriterError",
     "ConfigurationError",
+    "ConstraintViolationError",
     "DeliveryError",
     "DestinationError",
     "EpochRegressionError",
     "FatalDeliveryError",
     "InputError",
+    "InvalidSchemaError",
     "LocationNotWritableError",
     "NotATableError",
     "NullConstraintError",
@@ -81,7 +86,17 @@ class SchemaMismatchError(InputError):
     """The batch schema differs from the destination schema."""
 
 
-class NullConstraintError(InputError):
+class InvalidSchemaError(InputError):
+    """The input's schema cannot be a table's: duplicate or case-colliding column names, or no
+    column left besides the partition columns."""
+
+
+class ConstraintViolationError(InputError):
+    """A row breaks a rule the table defines (a CHECK constraint, an invariant, a generated
+    column's expression) or holds a value the table cannot store. Nothing is committed."""
+
+
+class NullConstraintError(ConstraintViolationError):
     """A null value arrived in a column declared non-nullable."""
 
 

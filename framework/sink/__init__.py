@@ -8,6 +8,7 @@ from framework.sink._api import (
     SinkWriter,
     WriterContext,
 )
+from framework.sink._plan import InputPlan, PlannedColumn, RowCheck, sql_string
 from framework.sink._serializers import (
     VersionedSerializer,
     deserialize_versioned,
@@ -18,10 +19,14 @@ __all__ = [
     "Committer",
     "Epoch",
     "GlobalCommitter",
+    "InputPlan",
+    "PlannedColumn",
+    "RowCheck",
     "Sink",
     "SinkWriter",
     "VersionedSerializer",
     "WriterContext",
     "deserialize_versioned",
     "serialize_versioned",
+    "sql_string",
 ]

@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from framework.sink._plan import InputPlan
 from framework.sink._serializers import VersionedSerializer
 
 InputT = TypeVar("InputT")
@@ -180,6 +181,12 @@ class Sink(ABC, Generic[InputT, CommT, GlobalCommT]):
         Validates the input against the destination and creates the destination if needed.
         Raises an ``InputError`` or ``DestinationError`` subclass when writing cannot succeed.
         """
+
+    def input_plan(self) -> InputPlan | None:
+        """What the engine must do to every row before the writers see it (after
+        :meth:`prepare`): the destination's rules, evaluated in the engine's tasks. ``None``
+        hands the input to the writers as it is."""
+        return None
 
     def create_committer(self) -> Committer[CommT] | None:
         """The per-committable committer, or ``None``."""

@@ -15,6 +15,8 @@ from framework import errors
 __all__ = ["translate_task_error"]
 
 _OUR_ERROR = re.compile(r"(?:^|\s)(?:[\w.]+\.)?(?P<name>[A-Z]\w*Error): (?P<message>.*)$", re.M)
+# raise_error() in a task (a row check of an InputPlan) ends its message with Spark's SQLSTATE.
+_SQLSTATE_TAIL = re.compile(r"\s*SQLSTATE: \w+\s*$")
 
 
 def translate_task_error(err: BaseException) -> BaseException:
@@ -25,7 +27,8 @@ def translate_task_error(err: BaseException) -> BaseException:
     for match in _OUR_ERROR.finditer(str(err)):
         cls = getattr(errors, match.group("name"), None)
         if isinstance(cls, type) and issubclass(cls, errors.SinkError):
-            found = cls(f"{match.group('message').strip()} (raised in a Spark task)")
+            message = _SQLSTATE_TAIL.sub("", match.group("message")).strip()
+            found = cls(f"{message} (raised in a Spark task)")
             break  # the first one is the innermost raise in the worker traceback
     if found is not None:
         found.__cause__ = err

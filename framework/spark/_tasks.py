@@ -2,30 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from framework.sink import Epoch, Sink, WriterContext, serialize_versioned
 
-__all__ = ["TASK_RESULT_SCHEMA", "make_task_function"]
+__all__ = ["TASK_RESULT_SCHEMA", "make_task_function", "positional_names"]
 
 # One output row per task: its serialized committables and how many input rows it wrote.
 TASK_RESULT_SCHEMA = "committables array<binary>, rows long"
 _ARROW_SCHEMA = pa.schema([("committables", pa.list_(pa.binary())), ("rows", pa.int64())])
 
 
+def positional_names(count: int) -> list[str]:
+    """Column names ``mapInArrow`` can always look up."""
+    return [f"_c{index}" for index in range(count)]
+
+
 def make_task_function(
-    sink: Sink[Any, Any, Any], epoch: Epoch
+    sink: Sink[Any, Any, Any], epoch: Epoch, column_names: Sequence[str]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function Spark ships to every task: write all batches, then emit committables.
+
+    The DataFrame reaches ``mapInArrow`` with positional column names (``mapInArrow`` looks its
+    input up by name, which fails for names such as ``a.b``); each batch gets its
+    ``column_names`` back before the writer sees it.
 
     Committables (and the task's input row count) are emitted only after the writer has flushed
     everything, as one row at the end of the task, so a task that fails emits nothing and its
     attempt contributes nothing to the commit. On failure the writer's ``abort`` runs (best
     effort) and the error propagates so Spark retries the task.
     """
+
+    names = list(column_names)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -42,7 +53,7 @@ def make_task_function(
         try:
             for batch in batches:
                 rows += batch.num_rows
-                writer.write(batch)
+                writer.write(batch.rename_columns(names))
             committables = writer.prepare_commit(True)
         except BaseException:
             writer.abort()

@@ -21,7 +21,8 @@ from framework.sink import Epoch, GlobalCommitter, Sink, deserialize_versioned
 from framework.spark._checkpoint import read_checkpoint, save_epoch_offset
 from framework.spark._errors import translate_task_error
 from framework.spark._metrics import BatchMetrics
-from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function
+from framework.spark._plan import apply_input_plan
+from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function, positional_names
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -281,7 +282,13 @@ class TwoPhaseSink:
     def _stage(self, df: DataFrame, epoch: Epoch) -> tuple[list[Any], int]:
         """Run the writers; return the committables of successful attempts and rows written."""
         serializer = self.sink.committable_serializer()
-        results = df.mapInArrow(make_task_function(self.sink, epoch), TASK_RESULT_SCHEMA).collect()
+        plan = self.sink.input_plan()
+        if plan is not None:
+            df = apply_input_plan(df, plan)
+        names = df.columns
+        task = make_task_function(self.sink, epoch, names)
+        staged = df.toDF(*positional_names(len(names))).mapInArrow(task, TASK_RESULT_SCHEMA)
+        results = staged.collect()
         rows = sum(r.rows for r in results)
         if serializer is None:
             return [], rows

@@ -31,12 +31,16 @@ def test_public_surface_is_pinned():
         "Committer",
         "Epoch",
         "GlobalCommitter",
+        "InputPlan",
+        "PlannedColumn",
+        "RowCheck",
         "Sink",
         "SinkWriter",
         "VersionedSerializer",
         "WriterContext",
         "deserialize_versioned",
         "serialize_versioned",
+        "sql_string",
     ]
 
 
