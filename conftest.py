@@ -31,11 +31,41 @@ def spark():
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # A Spark Connect server in the same driver, for the `connect` fixture (idle otherwise).
+        .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+        .config("spark.connect.grpc.binding.address", "127.0.0.1")
+        .config("spark.connect.grpc.binding.port", "0")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect(spark):
+    """A Spark Connect client session of the Connect server running in the `spark` fixture's
+    driver. Its streaming queries run their foreachBatch functions in a Python process of that
+    server, as on a real Connect cluster.
+
+    Not ``SparkSession.builder.remote(...)``: that sets process-wide environment variables that
+    would switch the classic session's API to Connect too. See ``connect_mode`` for functions.
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    service = getattr(spark._jvm.org.apache.spark.sql.connect.service, "SparkConnectService$")
+    port = getattr(service, "MODULE$").localPort()
+    session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def connect_mode(connect, monkeypatch):
+    """The `connect` session, with `pyspark.sql.functions` answering for Spark Connect (as in
+    any process whose session came from ``builder.remote``) for the duration of the test."""
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    return connect
 
 
 @pytest.fixture(scope="session")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
-import threading
+import sys
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from framework.errors import (
@@ -19,7 +21,12 @@ from framework.errors import (
 )
 from framework.sink import Epoch, GlobalCommitter, Sink, deserialize_versioned
 from framework.spark._checkpoint import read_checkpoint, save_epoch_offset
-from framework.spark._errors import translate_task_error
+from framework.spark._errors import (
+    install_py4j_log_filter,
+    mark_reported,
+    sink_error_in_text,
+    translate_task_error,
+)
 from framework.spark._metrics import BatchMetrics
 from framework.spark._plan import apply_input_plan
 from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function, positional_names
@@ -35,6 +42,8 @@ log = logging.getLogger("framework.spark")
 OnCheckpointReset = Literal["error", "continue"]
 _BOUNDED_SUFFIX = ":write"
 _DEFAULT_BOUNDED_APP = "bounded"
+# Set by Spark on the thread that runs a micro-batch (classic Spark only).
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 _SPARK_ONLY_TYPES = ("VariantType", "CalendarIntervalType", "ObjectType", "NullType")
@@ -105,6 +114,13 @@ class TwoPhaseSink:
             checkpoint's batches after the recorded one (kept in the checkpoint).
         commit_attempts: how often a global committer may ask for a retry of a commit.
         metrics_history: how many :class:`BatchMetrics` to keep in :attr:`batches`.
+
+    Spark Connect: both methods accept DataFrames of a Connect session. A streaming query's
+    batches then run in a Python process of the Connect server (one per query run), which gets
+    a pickled copy of this object: the sink must pickle (``write_stream`` checks it and names
+    what does not), and that copy, not this one, records the batches' metrics (see
+    :attr:`batches`). :meth:`failure` gets the sink's own exception out of a failed query in
+    either mode.
     """
 
     def __init__(
@@ -129,17 +145,72 @@ class TwoPhaseSink:
         self.on_checkpoint_reset = on_checkpoint_reset
         self.commit_attempts = commit_attempts
         self._batches: deque[BatchMetrics] = deque(maxlen=metrics_history)
+        # The foreachBatch functions of the queries write_stream started, by query run id.
+        self._runs: dict[str, _StreamingBatchRunner] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Configuration only: what the process running a Connect query's batches needs (no
+        metrics history, nothing about other queries)."""
+        state = self.__dict__.copy()
+        state["_batches"] = deque(maxlen=self._batches.maxlen)
+        state["_runs"] = {}
+        return state
 
     # -- public ---------------------------------------------------------------------------
 
     @property
     def batches(self) -> list[BatchMetrics]:
-        """Metrics of the most recent batches, oldest first."""
+        """Metrics of the most recent batches written in this process, oldest first.
+
+        Classic Spark runs a streaming query's batches in the driver's Python process, so they
+        appear here. Under Spark Connect they run in a Python process of the Connect server,
+        which records them in its own copy of this object: here you only see bounded
+        ``write()`` calls. The per-batch log line (logger ``framework.spark``) is written in
+        either case; under Connect it goes to that process's stderr, which Spark copies into
+        the Connect server's (driver's) log, at the level the ``framework.spark`` logger had
+        in this process when ``write_stream`` was called.
+        """
         return list(self._batches)
 
     @property
     def last_batch(self) -> BatchMetrics | None:
+        """The newest of :attr:`batches` (same caveat under Spark Connect)."""
         return self._batches[-1] if self._batches else None
+
+    def failure(self, query: StreamingQuery) -> SinkError | None:
+        """The sink's own exception that ended ``query``, or ``None``.
+
+        ``query.awaitTermination()`` raises Spark's ``StreamingQueryException``, whatever the
+        foreachBatch function raised; this returns the framework error behind it (e.g. a
+        ``NullConstraintError`` or ``ConcurrentWriterError``), so it can be handled by class::
+
+            try:
+                query.awaitTermination()
+            except Exception:
+                error = sink.failure(query)
+                if isinstance(error, NullConstraintError):
+                    ...
+                raise
+
+        When the failed batch ran in this process (classic Spark, a query started by this
+        object's ``write_stream``) it is the very exception that was raised, traceback
+        included. Otherwise (Spark Connect, or a query started elsewhere) it is rebuilt from
+        the text of ``query.exception()``: the innermost framework error named in it, same
+        class and message, with that exception as ``__cause__``.
+
+        Returns ``None`` while the query runs, after a clean stop, or when it failed with an
+        error that is not a :class:`~framework.errors.SinkError`.
+        """
+        exception = query.exception()
+        if exception is None:
+            return None
+        runner = self._runs.get(str(query.runId))
+        if runner is not None and runner.failure is not None:
+            return runner.failure
+        found = sink_error_in_text(str(exception), origin=f"streaming query {query.id}")
+        if found is not None:
+            found.__cause__ = exception
+        return found
 
     def write_stream(
         self,
@@ -159,10 +230,15 @@ class TwoPhaseSink:
                 ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
             query_name: optional query name.
 
+        A batch that fails ends the query: ``query.awaitTermination()`` raises Spark's
+        ``StreamingQueryException``; :meth:`failure` returns the sink's own exception.
+
         Raises:
             CheckpointResetError: fresh checkpoint, app id already in the table (see class doc).
             InputError, DestinationError: the input or the destination is unusable; raised here,
                 before the query starts.
+            ConfigurationError: also when this object (its sink) does not pickle; the message
+                names the attribute.
         """
         if not getattr(df, "isStreaming", False):
             raise ConfigurationError("write_stream needs a streaming DataFrame; use write(df)")
@@ -170,7 +246,9 @@ class TwoPhaseSink:
             raise ConfigurationError("checkpoint_location is required for exactly-once streaming")
         committer = self._prepare(df)
         offset = self._epoch_offset(committer, checkpoint_location)
-        runner = _StreamingBatchRunner(self, committer, offset)
+        runner = _StreamingBatchRunner(self, committer, offset, checkpoint_location)
+        runner.check_picklable()
+        install_py4j_log_filter()
         writer = df.writeStream.foreachBatch(runner).option(
             "checkpointLocation", checkpoint_location
         )
@@ -179,7 +257,7 @@ class TwoPhaseSink:
         if query_name:
             writer = writer.queryName(query_name)
         query = writer.start()
-        runner.bind(query.id)
+        self._runs[str(query.runId)] = runner
         return query
 
     def write(self, df: DataFrame, *, epoch_id: int | None = None) -> BatchMetrics:
@@ -400,37 +478,177 @@ class _StreamingBatchRunner:
     """The foreachBatch function: maps Spark batch ids to epochs of a stable writer identity.
 
     The writer identity is the streaming query's id, which Spark keeps in the checkpoint and
-    which therefore survives restarts from it. It is taken from the started query itself (not
-    read back from the checkpoint, which the driver's Python process may not be able to read).
-    """
+    which therefore survives restarts from it. The function finds it itself, in the process
+    that runs it: classic Spark sets it as a local property of the thread running the batch;
+    under Spark Connect it is read from the checkpoint's ``metadata``.
 
-    _BIND_TIMEOUT_SECONDS = 300.0
+    It must pickle: Spark Connect cloudpickles it at ``foreachBatch()`` and runs it in a Python
+    process of the Connect server, one per query run. It therefore carries configuration only
+    (the sink, the epoch offset, the checkpoint location); the global committer and the query
+    id are built in the process that runs it, on its first batch, and never pickled.
+    """
 
     def __init__(
         self,
         owner: TwoPhaseSink,
         committer: GlobalCommitter[Any, Any] | None,
         epoch_offset: int,
+        checkpoint_location: str,
     ) -> None:
         self._owner = owner
-        self._committer = committer
         self._epoch_offset = epoch_offset
-        self._query_id: str | None = None
-        self._bound = threading.Event()
+        self._checkpoint_location = checkpoint_location
+        self._log_level = log.getEffectiveLevel()
+        self._reset_process_state(committer, ready=True)
 
-    def bind(self, query_id: str) -> None:
-        """Called right after ``start()``; the first batch may already be waiting for it."""
-        self._query_id = query_id
-        self._bound.set()
+    def _reset_process_state(
+        self, committer: GlobalCommitter[Any, Any] | None, *, ready: bool
+    ) -> None:
+        # Valid in one process only: dropped by __getstate__, rebuilt by __setstate__.
+        self._committer = committer
+        self._ready = ready  # False in a process that got a pickled copy, until its 1st batch
+        self._query_id: str | None = None
+        self.failure: SinkError | None = None  # what this function raised, in this process
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "_owner": self._owner,
+            "_epoch_offset": self._epoch_offset,
+            "_checkpoint_location": self._checkpoint_location,
+            "_log_level": self._log_level,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_process_state(None, ready=False)
+
+    def check_picklable(self) -> None:
+        """Raise ``ConfigurationError`` naming the attribute that does not pickle."""
+        from pyspark import cloudpickle
+
+        dumps: Callable[[Any], bytes] = cloudpickle.dumps
+        try:
+            dumps(self)
+        except Exception as err:
+            try:
+                dumps(self._owner)
+            except Exception:
+                where = _unpicklable_part(self._owner, "TwoPhaseSink", dumps)
+            else:
+                where = _unpicklable_part(self, "foreachBatch function", dumps)
+            raise ConfigurationError(
+                f"the sink must pickle, but {where} does not ({type(err).__name__}: {err}). "
+                "Spark Connect ships the streaming query's foreachBatch function to the Connect "
+                "server with cloudpickle (and every Spark task gets the sink the same way). Keep "
+                "clients, connections and table handles out of the sink's pickled state: "
+                "create them when first used, and drop them in __getstate__."
+            ) from err
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        if not self._bound.wait(self._BIND_TIMEOUT_SECONDS):
-            raise SinkError("the streaming query's id never became known to the sink")
-        app_id = self._owner.sink.app_id or f"query-{self._query_id}"
-        epoch = Epoch(
-            app_id=app_id,
-            epoch_id=self._epoch_offset + batch_id,
-            writer_identity=f"query-{self._query_id}",
-            run_id=str(uuid.uuid4()),
-        )
-        self._owner._run_epoch(df, epoch, self._committer, batch_id=batch_id)
+        try:
+            if not self._ready:
+                self._set_up_this_process()
+            query_id = self._query_id_of(df)
+            app_id = self._owner.sink.app_id or f"query-{query_id}"
+            epoch = Epoch(
+                app_id=app_id,
+                epoch_id=self._epoch_offset + batch_id,
+                writer_identity=f"query-{query_id}",
+                run_id=str(uuid.uuid4()),
+            )
+            self._owner._run_epoch(df, epoch, self._committer, batch_id=batch_id)
+        except SinkError as err:
+            self.failure = err
+            mark_reported(err)
+            raise
+
+    def _set_up_this_process(self) -> None:
+        """First batch in a process that received a pickled copy (Spark Connect)."""
+        _show_log_lines(self._log_level)
+        self._committer = self._owner.sink.create_global_committer()
+        self._ready = True
+
+    def _query_id_of(self, df: DataFrame) -> str:
+        if self._query_id is None:
+            self._query_id = _query_id_of_batch(df) or _query_id_from_checkpoint(
+                self._checkpoint_location, df
+            )
+        return self._query_id
+
+
+def _query_id_of_batch(df: DataFrame) -> str | None:
+    """The query id classic Spark sets on the thread running the batch; ``None`` under Connect
+    (no SparkContext) or when the property is not visible (Py4J without pinned threads)."""
+    try:
+        context = df.sparkSession.sparkContext
+    except Exception:  # PySparkAttributeError: Spark Connect has no SparkContext
+        return None
+    query_id = context.getLocalProperty(_QUERY_ID_PROPERTY)
+    return str(query_id) if query_id else None
+
+
+def _query_id_from_checkpoint(checkpoint_location: str, df: DataFrame) -> str:
+    """The query id Spark keeps in ``<checkpoint>/metadata`` (written before the first batch):
+    through fsspec, or, if this process cannot read the location, through Spark itself."""
+    import fsspec
+
+    path = checkpoint_location.rstrip("/") + "/metadata"
+    try:
+        fs, local_path = fsspec.core.url_to_fs(path.replace("s3a://", "s3://", 1))
+        with fs.open(local_path, "rb") as src:
+            first_line = src.readline().decode("utf-8")
+    except Exception as fs_error:
+        try:
+            row = df.sparkSession.read.text(path).first()
+        except Exception as spark_error:
+            raise ConfigurationError(
+                f"cannot read the streaming query's id from {path} (fsspec: {fs_error}; "
+                f"Spark: {spark_error})"
+            ) from spark_error
+        first_line = row[0] if row is not None else ""
+    try:
+        return str(json.loads(first_line)["id"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise SinkError(f"{path} holds no streaming query id: {first_line[:200]!r}") from err
+
+
+def _show_log_lines(level: int) -> None:
+    """Nothing configures logging in a process Spark starts for a Connect query's batches:
+    send the sink's log lines to its stderr (copied into the server's log), at the level the
+    ``framework.spark`` logger had on the client. Left alone if logging is configured there."""
+    if log.hasHandlers():
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(level)
+
+
+def _state_items(value: Any) -> list[tuple[str, Any]]:
+    """The named parts ``pickle`` would save of ``value`` (as far as they can be told)."""
+    if isinstance(value, dict):
+        return [(f"[{key!r}]", item) for key, item in value.items()]
+    if isinstance(value, (list, tuple, set, frozenset, deque)):
+        return [(f"[{index}]", item) for index, item in enumerate(value)]
+    getstate = getattr(value, "__getstate__", None)
+    try:
+        state = getstate() if getstate is not None else getattr(value, "__dict__", None)
+    except Exception:
+        state = getattr(value, "__dict__", None)
+    if isinstance(state, tuple) and len(state) == 2:  # (__dict__, __slots__ values)
+        state = {**(state[0] or {}), **(state[1] or {})}
+    if isinstance(state, dict):
+        return [(f".{name}", item) for name, item in state.items()]
+    return []
+
+
+def _unpicklable_part(value: Any, path: str, dumps: Callable[[Any], bytes], depth: int = 0) -> str:
+    """The deepest attribute path under ``value`` (which does not pickle) that does not."""
+    if depth < 10:
+        for name, item in _state_items(value):
+            try:
+                dumps(item)
+            except Exception:
+                return _unpicklable_part(item, path + name, dumps, depth + 1)
+    kind = type(value)
+    return f"{path} ({kind.__module__}.{kind.__qualname__})"
