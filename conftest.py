@@ -49,7 +49,7 @@ def connect(spark):
     server, as on a real Connect cluster.
 
     Not ``SparkSession.builder.remote(...)``: that sets process-wide environment variables that
-    would switch the classic session's API to Connect too. See ``connect_mode`` for functions.
+    would switch the classic session's API to Connect too.
     """
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -58,14 +58,6 @@ def connect(spark):
     session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
     yield session
     session.stop()
-
-
-@pytest.fixture
-def connect_mode(connect, monkeypatch):
-    """The `connect` session, with `pyspark.sql.functions` answering for Spark Connect (as in
-    any process whose session came from ``builder.remote``) for the duration of the test."""
-    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
-    return connect
 
 
 @pytest.fixture(scope="session")

@@ -131,6 +131,13 @@ class GlobalCommitter(ABC, Generic[CommT, GlobalCommT]):
         unknown. Engines use it to number bounded jobs and to detect a reset checkpoint."""
         return None
 
+    def recent_app_ids(self, prefix: str) -> list[str]:
+        """App ids starting with ``prefix`` that recently committed to the destination (best
+        effort; empty if unknown). Engines use it to warn when a new checkpoint writes under a
+        derived app id while other derived ids already wrote: a replaced checkpoint whose
+        batches will be written again."""
+        return []
+
     @abstractmethod
     def is_committed(self, epoch: Epoch) -> bool:
         """Whether the destination already holds a commit for ``epoch`` (a replay).

@@ -49,7 +49,12 @@ def guarded(expression: str, checks: tuple[RowCheck, ...]) -> str:
 
 def apply_input_plan(df: DataFrame, plan: InputPlan) -> DataFrame:
     """The DataFrame the sink's writers receive: ``plan.output`` computed from ``df``."""
-    from pyspark.sql import functions as F
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        # pyspark.sql.functions builds Connect columns only in a Connect-mode process; a
+        # process holding a classic and a Connect session needs the Connect module itself.
+        from pyspark.sql.connect import functions as F
+    else:
+        from pyspark.sql import functions as F  # type: ignore[no-redef]
 
     defined = df.select(*[F.expr(c.expression).alias(c.name) for c in plan.columns])
     output = []

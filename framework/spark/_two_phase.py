@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["TwoPhaseSink"]
 
 log = logging.getLogger("framework.spark")
+DERIVED_APP_ID_PREFIX = "query-"  # app ids derived from the streaming query id
 
 OnCheckpointReset = Literal["error", "continue"]
 _BOUNDED_SUFFIX = ":write"
@@ -339,6 +340,8 @@ class TwoPhaseSink:
         if checkpoint.epoch_offset is not None:
             return checkpoint.epoch_offset
         app_id = self.sink.app_id
+        if checkpoint.fresh and app_id is None and committer is not None:
+            _warn_about_other_derived_app_ids(committer, checkpoint_location)
         if not checkpoint.fresh or app_id is None or committer is None:
             return 0
         last = committer.last_committed_epoch(app_id)
@@ -474,6 +477,23 @@ class TwoPhaseSink:
         return metrics
 
 
+def _warn_about_other_derived_app_ids(
+    committer: GlobalCommitter[Any, Any], checkpoint_location: str
+) -> None:
+    """A new checkpoint gets a new derived app id: if others already wrote, this may be a
+    replaced checkpoint whose source is read again, and nothing would stop the duplicates."""
+    others = committer.recent_app_ids(DERIVED_APP_ID_PREFIX)
+    if others:
+        log.warning(
+            "the checkpoint %s is new and the sink has no app_id, so this query writes under a "
+            "new derived app id, while %s already wrote to the destination. If this checkpoint "
+            "replaces one of theirs, every batch the source replays is written again "
+            "(duplicates). Set app_id on the sink to have a replaced checkpoint caught.",
+            checkpoint_location,
+            ", ".join(others),
+        )
+
+
 class _StreamingBatchRunner:
     """The foreachBatch function: maps Spark batch ids to epochs of a stable writer identity.
 
@@ -549,11 +569,11 @@ class _StreamingBatchRunner:
             if not self._ready:
                 self._set_up_this_process()
             query_id = self._query_id_of(df)
-            app_id = self._owner.sink.app_id or f"query-{query_id}"
+            app_id = self._owner.sink.app_id or f"{DERIVED_APP_ID_PREFIX}{query_id}"
             epoch = Epoch(
                 app_id=app_id,
                 epoch_id=self._epoch_offset + batch_id,
-                writer_identity=f"query-{query_id}",
+                writer_identity=f"{DERIVED_APP_ID_PREFIX}{query_id}",
                 run_id=str(uuid.uuid4()),
             )
             self._owner._run_epoch(df, epoch, self._committer, batch_id=batch_id)
