@@ -3,6 +3,7 @@
 from committers.delta._committable import DeltaCommittable, StagedFile, StagedFileSerializer
 from committers.delta._committer import DeltaGlobalCommitter
 from committers.delta._options import WriterOptions
+from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._sink import DeltaSink
 
 __all__ = [
@@ -11,5 +12,6 @@ __all__ = [
     "DeltaSink",
     "StagedFile",
     "StagedFileSerializer",
+    "UnsupportedTableFeatureError",
     "WriterOptions",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -22,11 +22,13 @@ from deltalake import (
     PostCommitHookProperties,
     Transaction,
 )
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from committers.delta._committable import DeltaCommittable, StagedFile
 from committers.delta._retry import Backoff, commit_with_reconciliation
+from committers.delta._rules import TableShape, WritePlan, plan_write
 from committers.delta._schema import SchemaMode, merge_schemas
 from committers.delta._staging import (
     STAGING_DIR,
@@ -44,7 +46,6 @@ from committers.delta._table import (
     CommitRecord,
     added_paths,
     find_commit,
-    table_schema,
 )
 from framework.errors import (
     CommitConflictError,
@@ -60,6 +61,7 @@ log = logging.getLogger("committers.delta")
 
 COMMIT_BACKOFF = Backoff(max_attempts=5, initial_delay=0.2, max_delay=5.0, deadline=60.0)
 LOG_CLEANUP_EVERY = 100
+RECENT_HISTORY = 256  # commits searched for other writers' app ids (once per new checkpoint)
 
 
 class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
@@ -86,16 +88,18 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self,
         location: TableLocation,
         *,
-        partition_by: Sequence[str],
-        schema: pa.Schema,
+        plan: WritePlan,
+        input_schema: pa.Schema,
         schema_mode: SchemaMode,
+        table_configuration: Mapping[str, str] | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
         log_cleanup_every: int = LOG_CLEANUP_EVERY,
     ) -> None:
         self._location = location
-        self._partition_by = list(partition_by)
-        self._input_schema = schema
+        self._plan = plan
+        self._input_schema = input_schema
         self._schema_mode = schema_mode
+        self._table_configuration = dict(table_configuration or {})
         self._backoff = backoff
         self._log_cleanup_every = log_cleanup_every
         self._table: DeltaTable | None = None
@@ -106,8 +110,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
 
     # -- table handle ---------------------------------------------------------------------
 
-    def table(self) -> DeltaTable:
-        """The table handle, advanced to the latest version."""
+    def table(self) -> DeltaTable | None:
+        """The table handle, advanced to the latest version; ``None`` while no table exists
+        (the first commit creates it)."""
         if self._table is not None:
             try:
                 self._table.update_incremental()
@@ -115,14 +120,28 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             except DeltaError as err:
                 # e.g. the handle is older than log files cleaned up since: load afresh.
                 log.info("reloading %s after failed incremental update: %s", self._location, err)
-        self._table = DeltaTable(
-            self._location.uri, storage_options=self._location.delta_storage_options()
-        )
+        uri, options = self._location.uri, self._location.delta_storage_options()
+        if not DeltaTable.is_deltatable(uri, storage_options=options):
+            return None
+        self._table = DeltaTable(uri, storage_options=options)
         return self._table
 
     def last_committed_epoch(self, app_id: str) -> int | None:
         """The newest epoch id the table records for ``app_id``, or ``None``."""
-        return self.table().transaction_version(app_id)
+        table = self.table()
+        return None if table is None else table.transaction_version(app_id)
+
+    def recent_app_ids(self, prefix: str) -> list[str]:
+        """App ids starting with ``prefix`` among the table's last ``RECENT_HISTORY`` commits."""
+        table = self.table()
+        if table is None:
+            return []
+        found = {
+            str(info[COMMIT_APP_ID])
+            for info in table.history(limit=RECENT_HISTORY)
+            if str(info.get(COMMIT_APP_ID, "")).startswith(prefix)
+        }
+        return sorted(found)
 
     # -- GlobalCommitter ------------------------------------------------------------------
 
@@ -164,35 +183,31 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             # Right after is_committed() refreshed the handle for this epoch, a second refresh
             # would only repeat a listing of the log: a commit of the same app id landing in
             # between is still caught by delta-rs's conflict check.
-            if attempts == 1 and self._checked_epoch == _key(epoch) and self._table is not None:
-                table = self._table
-            else:
+            table: DeltaTable | None = self._table
+            if attempts > 1 or self._checked_epoch != _key(epoch) or table is None:
                 table = self.table()
+            if table is None:
+                if self._create_with(committable):
+                    self._remember(committable)
+                    return
+                table = self.table()  # created by a concurrent writer: append to it
+                if table is None:
+                    raise CommitConflictError(f"{self._location.uri} vanished while committing")
             if self._holds(table, epoch):  # committed before (delta-rs would commit it again)
                 return
-            schema = self._evolve_schema(table)
+            self._evolve_schema(table)
+            self._check_plan(table, epoch)
             read_version = table.version()
             table.create_write_transaction(
                 [_add_action(f) for f in committable.files],
                 mode="append",
-                schema=schema,
-                partition_by=self._partition_by or None,
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
-                    custom_metadata={
-                        COMMIT_APP_ID: epoch.app_id,
-                        COMMIT_EPOCH_ID: str(epoch.epoch_id),
-                        COMMIT_WRITER: epoch.writer_identity,
-                        COMMIT_RUN_ID: epoch.run_id,
-                    },
-                ),
-                post_commithook_properties=PostCommitHookProperties(
-                    create_checkpoint=True, cleanup_expired_logs=False
-                ),
+                schema=table.schema(),
+                partition_by=list(self._plan.shape.partition_by) or None,
+                commit_properties=_commit_properties(epoch),
+                post_commithook_properties=_POST_COMMIT,
             )
-            self._committed_paths[_key(epoch)] = {f.path for f in committable.files}
-            self._committed_attempts[_key(epoch)] = {f.task_attempt_id for f in committable.files}
             self._clean_expired_logs(table, committed_version=read_version + 1)
+            self._remember(committable)
 
         try:
             commit_with_reconciliation(
@@ -217,7 +232,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         finally:
             self._checked_epoch = None
 
-    def _holds(self, table: DeltaTable, epoch: Epoch) -> bool:
+    def _holds(self, table: DeltaTable | None, epoch: Epoch) -> bool:
         """Whether ``table`` already holds ``epoch`` (before a commit, or to reconcile one).
 
         The txn says whether the app id got this far; the commit history says by whom. If an
@@ -229,6 +244,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             EpochRegressionError: a bounded epoch below the recorded one that was never
                 committed (or whose commit is older than the history searched).
         """
+        if table is None:
+            return False
         last = table.transaction_version(epoch.app_id)
         if last is None or last < epoch.epoch_id:
             return False
@@ -283,21 +300,82 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         except (DeltaError, OSError) as err:  # housekeeping only
             log.warning("expired-log cleanup of %s failed: %s", self._location, err)
 
-    def _evolve_schema(self, table: DeltaTable) -> pa.Schema:
-        """The table schema for this commit; in merge mode, first add the input's new columns.
+    def _remember(self, committable: DeltaCommittable) -> None:
+        """What clean-up must keep: the files the commit of this run references."""
+        key = _key(committable.epoch)
+        self._committed_paths[key] = {f.path for f in committable.files}
+        self._committed_attempts[key] = {f.task_attempt_id for f in committable.files}
+
+    def _create_with(self, committable: DeltaCommittable) -> bool:
+        """Create the table with the epoch's files in ONE commit (protocol, metadata, adds and
+        txn), so a failed first write leaves no table behind. Returns ``False`` if another
+        writer created the table first (this epoch then appends to it)."""
+        epoch = committable.epoch
+        shape = self._plan.shape
+        try:
+            create_table_with_add_actions(
+                self._location.uri,
+                DeltaSchema.from_arrow(self._input_schema),  # the schema the plan was made for
+                [_add_action(f) for f in committable.files],
+                mode="error",
+                partition_by=list(shape.partition_by) or None,
+                configuration=self._table_configuration or None,
+                storage_options=self._location.delta_storage_options(),
+                commit_properties=_commit_properties(epoch, retries=0),
+                post_commithook_properties=_POST_COMMIT,
+            )
+        except Exception:
+            uri, options = self._location.uri, self._location.delta_storage_options()
+            if DeltaTable.is_deltatable(uri, storage_options=options):
+                log.info("table %s was created concurrently; appending to it", uri)
+                return False
+            raise
+        log.info(
+            "created table %s with batch %s of %r", self._location.uri, epoch.epoch_id, epoch.app_id
+        )
+        return True
+
+    def _check_plan(self, table: DeltaTable, epoch: Epoch) -> None:
+        """Commit only if the table still asks for exactly what the rows were staged under: a
+        constraint, feature or schema change since staging fails the batch, nothing committed.
+
+        Raises:
+            CommitConflictError: the table's rules changed; a restart re-stages the batch under
+                the new rules (and reports the rows that break them).
+            UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
+                input can no longer be written at all.
+        """
+        current = plan_write(
+            TableShape.of_table(table), self._input_schema, self._schema_mode, self._location.uri
+        )
+        staged = self._plan
+        if (current.input_plan, current.layout) == (staged.input_plan, staged.layout):
+            return
+        raise CommitConflictError(
+            f"the table {self._location.uri} changed while batch {epoch.epoch_id} of "
+            f"{epoch.app_id!r} was being staged (its schema, constraints, generated columns, "
+            "column mapping or features), so the staged rows were checked against rules that "
+            "no longer hold. Nothing was committed; restarting the query re-stages the batch "
+            "under the table's current rules."
+        )
+
+    def _evolve_schema(self, table: DeltaTable) -> None:
+        """In merge mode, first add the input's new columns to the table.
 
         Adding columns is its own metadata-only commit (delta-rs cannot attach a schema change
         to a write transaction). It is idempotent: after a crash the columns exist and are not
         added again; all new columns are nullable, so no reader sees invalid data.
         """
-        current = table_schema(table)
-        merged = merge_schemas(current, self._input_schema, self._schema_mode)
+        shape = TableShape.of_table(table)
+        current = shape.arrow_schema()
+        merged = merge_schemas(
+            current, self._input_schema, self._schema_mode, shape.generated_columns
+        )
         if len(merged) > len(current):
             new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
             table.alter.add_columns(new_fields)
             table.update_incremental()
             log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
-        return merged
 
     # -- staged files ---------------------------------------------------------------------
 
@@ -308,8 +386,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if known is not None:
             return True, known
         table = self.table()
-        last = table.transaction_version(epoch.app_id)
-        if last is None or last < epoch.epoch_id:
+        last = None if table is None else table.transaction_version(epoch.app_id)
+        if table is None or last is None or last < epoch.epoch_id:
             return False, set()
         record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
         return True, None if record is None else added_paths(self._location, record.version)
@@ -366,6 +444,23 @@ def _delete(fs: Any, paths: list[str]) -> None:
 
 def _key(epoch: Epoch) -> tuple[str, str, int]:
     return (epoch.app_id, epoch.writer_identity, epoch.epoch_id)
+
+
+_POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+
+def _commit_properties(epoch: Epoch, retries: int | None = None) -> CommitProperties:
+    """The txn that makes the commit idempotent, and our keys in its commitInfo."""
+    return CommitProperties(
+        app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
+        custom_metadata={
+            COMMIT_APP_ID: epoch.app_id,
+            COMMIT_EPOCH_ID: str(epoch.epoch_id),
+            COMMIT_WRITER: epoch.writer_identity,
+            COMMIT_RUN_ID: epoch.run_id,
+        },
+        max_commit_retries=retries,
+    )
 
 
 def _add_action(staged: StagedFile) -> AddAction:

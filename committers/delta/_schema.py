@@ -10,10 +10,11 @@ from typing import Any, Literal
 import pyarrow as pa
 from deltalake import Schema as DeltaSchema
 
-from framework.errors import SchemaMismatchError, UnsupportedTypeError
+from framework.errors import InvalidSchemaError, SchemaMismatchError, UnsupportedTypeError
 
 __all__ = [
     "SchemaMode",
+    "check_column_names",
     "check_partition_columns",
     "merge_schemas",
     "normalize_schema",
@@ -88,13 +89,30 @@ def _type_name(t: pa.DataType) -> str:
     return str(t)
 
 
-def merge_schemas(table: pa.Schema, incoming: pa.Schema, mode: SchemaMode) -> pa.Schema:
+def _relaxed(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field nullable and canonical child names: NOT NULL is checked
+    on the values, not on the declared types (as Delta does)."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _relaxed(f.type)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(pa.field("element", _relaxed(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_relaxed(t.key_type), pa.field("value", _relaxed(t.item_type)))
+    return t
+
+
+def merge_schemas(
+    table: pa.Schema,
+    incoming: pa.Schema,
+    mode: SchemaMode,
+    computed: frozenset[str] = frozenset(),
+) -> pa.Schema:
     """Return the table schema after writing ``incoming`` under ``mode``.
 
-    ``strict``: the incoming columns must equal the table's (same names, same types; a
-    non-nullable table column also accepts a nullable input column, whose values are then
-    checked per row). ``merge``: additionally, new columns are appended (as nullable) and
-    nullable table columns may be absent from the input.
+    Both modes: input columns must have the table's types (nullability aside: a NOT NULL
+    column accepts nullable input, whose values are checked per row); a table column absent
+    from the input is written as null if it is nullable, or computed if it is in ``computed``
+    (generated columns). ``merge`` additionally appends new input columns (as nullable).
 
     Raises:
         SchemaMismatchError: listing every difference and how to fix it.
@@ -107,14 +125,14 @@ def merge_schemas(table: pa.Schema, incoming: pa.Schema, mode: SchemaMode) -> pa
         if existing is None:
             if mode != "merge":
                 problems.append(f"column {name!r} ({_type_name(f.type)}) is not in the table")
-        elif existing.type != f.type:
+        elif _relaxed(existing.type) != _relaxed(f.type):
             problems.append(
                 f"column {name!r} is {_type_name(f.type)} in the input but "
                 f"{_type_name(existing.type)} in the table"
             )
     for name, f in table_fields.items():
-        if name not in incoming_fields and (mode != "merge" or not f.nullable):
-            problems.append(f"table column {name!r} ({_type_name(f.type)}) is missing")
+        if name not in incoming_fields and not f.nullable and name not in computed:
+            problems.append(f"NOT NULL table column {name!r} ({_type_name(f.type)}) is missing")
     if problems:
         raise SchemaMismatchError(
             "the input schema does not match the table schema: "
@@ -126,12 +144,49 @@ def merge_schemas(table: pa.Schema, incoming: pa.Schema, mode: SchemaMode) -> pa
     return pa.schema(list(table) + added) if added else table
 
 
+def check_column_names(schema: pa.Schema) -> None:
+    """Names must be unique, ignoring case, at every level (Spark and Delta resolve names
+    case-insensitively, so ``a`` and ``A`` would be one column to every reader).
+
+    Raises:
+        InvalidSchemaError: naming each collision and where it is.
+    """
+    problems: list[str] = []
+
+    def visit(fields: list[pa.Field], where: str) -> None:
+        seen: dict[str, str] = {}
+        for f in fields:
+            other = seen.get(f.name.lower())
+            if other is None:
+                seen[f.name.lower()] = f.name
+            elif other == f.name:
+                problems.append(f"{where} has the column {f.name!r} twice")
+            else:
+                problems.append(f"{where} has the columns {other!r} and {f.name!r}")
+            t = f.type
+            if pa.types.is_struct(t):
+                visit([t.field(i) for i in range(t.num_fields)], f"struct {f.name!r}")
+            elif pa.types.is_list(t) or pa.types.is_large_list(t):
+                visit([t.value_field], f"array {f.name!r}")
+            elif pa.types.is_map(t):
+                visit([t.key_field, t.item_field], f"map {f.name!r}")
+
+    visit(list(schema), "the input")
+    if problems:
+        raise InvalidSchemaError(
+            "; ".join(problems) + ". Column names must be unique ignoring case (Spark and "
+            "Delta resolve them case-insensitively). Rename or drop the duplicates, e.g. with "
+            "df.toDF(*new_names) or withColumnRenamed()."
+        )
+
+
 def check_partition_columns(schema: pa.Schema, partition_by: Sequence[str]) -> None:
-    """Partition columns must exist and be of a primitive type.
+    """Partition columns must exist, be of a primitive type and leave a data column.
 
     Raises:
         SchemaMismatchError: a partition column is missing from the input.
         UnsupportedTypeError: a partition column is nested or binary.
+        InvalidSchemaError: every column is a partition column.
     """
     for name in partition_by:
         if name not in schema.names:
@@ -145,6 +200,12 @@ def check_partition_columns(schema: pa.Schema, partition_by: Sequence[str]) -> N
                 f"partition column {name!r} has type {t}; partition columns must be of a "
                 "primitive type (string, number, boolean, date, timestamp)."
             )
+    if partition_by and set(partition_by) >= set(schema.names):
+        raise InvalidSchemaError(
+            f"partition_by={list(partition_by)} names every column of the input, which leaves "
+            "the data files without a column (Delta refuses that layout). Partition by fewer "
+            "columns."
+        )
 
 
 def serialize_partition_value(value: Any) -> str | None:

@@ -17,18 +17,19 @@ from committers.delta._options import (
     DEFAULT_TARGET_FILE_SIZE,
     WriterOptions,
 )
+from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
 from committers.delta._s3safety import verify_conditional_put
 from committers.delta._schema import (
     SchemaMode,
+    check_column_names,
     check_partition_columns,
-    merge_schemas,
     normalize_schema,
 )
 from committers.delta._storage import TableLocation
-from committers.delta._table import open_or_create, remove_orphan_files, table_schema
+from committers.delta._table import open_table, remove_orphan_files
 from committers.delta._writer import DeltaStagingWriter
-from framework.errors import ConfigurationError, SinkError
-from framework.sink import Sink, WriterContext
+from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
+from framework.sink import InputPlan, Sink, WriterContext
 
 __all__ = ["DeltaSink"]
 
@@ -54,14 +55,16 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             stable for one query and unique across queries writing the same table. ``None``
             derives it from the streaming query's id, which is stable across restarts from the
             same checkpoint.
-        partition_by: partition columns (must be columns of the input).
+        partition_by: partition columns of a table the sink creates (columns of the input).
+            An existing table keeps its own partitioning: leave this out or repeat it.
         storage_options: one set of options for staging (fsspec) and the log (delta-rs), e.g.
             ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``.
         schema_mode: ``"strict"`` (input must match the table) or ``"merge"`` (new nullable
             columns are added to the table).
         target_file_size, row_group_bytes, row_group_rows, max_open_files, compression:
             shape of staged Parquet files (see ``WriterOptions``).
-        table_configuration: Delta table properties used when the sink creates the table.
+        table_configuration: Delta table properties used when the sink creates the table
+            (column mapping excluded: create such tables first, the sink writes into them).
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -112,45 +115,74 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         # Delta-Spark's checkpoint interval (delta-rs defaults to 100): shorter log replays keep
         # per-commit cost flat. Only applies to tables this sink creates.
         self.table_configuration = {**DEFAULT_TABLE_CONFIGURATION, **(table_configuration or {})}
+        if self.table_configuration.get(COLUMN_MAPPING_MODE, "none") != "none":
+            raise ConfigurationError(
+                "the sink cannot create a column-mapped table (delta-rs assigns physical names "
+                "only when it creates the table empty). Create it first, e.g. "
+                "deltalake.DeltaTable.create(uri, schema, configuration="
+                "{'delta.columnMapping.mode': 'name'}), and the sink writes into it."
+            )
         self.unsafe_skip_conditional_put_check = unsafe_skip_conditional_put_check
         self._input_schema: pa.Schema | None = None
-        self._table_schema: pa.Schema | None = None
+        self._plan: WritePlan | None = None
 
     @property
     def table_uri(self) -> str:
         return self.location.uri
 
     def prepare(self, input_schema: pa.Schema) -> None:
-        """Validate the input schema and create the table (empty) if it does not exist.
+        """Validate the input against the table (or the table it will create) and plan the
+        rows' checks and layout. Nothing is created: a new table is created by the first
+        commit, together with its data.
 
         Raises:
-            UnsupportedTypeError, SchemaMismatchError: the input cannot be written.
-            NotATableError, LocationNotWritableError, UnsafeStorageError: the location is unusable.
+            InvalidSchemaError, UnsupportedTypeError, SchemaMismatchError: the input cannot be
+                written (checked before anything else, storage included).
+            UnsupportedTableFeatureError: the table needs a writer feature the sink cannot
+                honour.
+            NotATableError, LocationNotWritableError, UnsafeStorageError: the location is
+                unusable.
         """
+        check_column_names(input_schema)
         schema = normalize_schema(input_schema)
-        check_partition_columns(schema, self.partition_by)
         # S3 only (a no-op elsewhere); with the override it logs a loud warning instead.
         verify_conditional_put(self.location, skip=self.unsafe_skip_conditional_put_check)
-        table = open_or_create(self.location, schema, self.partition_by, self.table_configuration)
-        self._table_schema = merge_schemas(table_schema(table), schema, self.schema_mode)
+        table = open_table(self.location)
+        if table is None:
+            check_partition_columns(schema, self.partition_by)
+            shape = TableShape.for_new_table(schema, self.partition_by)
+        else:
+            shape = TableShape.of_table(table)
+            if self.partition_by and list(shape.partition_by) != self.partition_by:
+                raise SchemaMismatchError(
+                    f"table {self.location.uri} is partitioned by "
+                    f"{list(shape.partition_by) or 'nothing'}, but the sink was configured with "
+                    f"partition_by={self.partition_by}. Use the table's partitioning (or leave "
+                    "partition_by out)."
+                )
+        self._plan = plan_write(shape, schema, self.schema_mode, self.location.uri)
         self._input_schema = schema
 
-    def _prepared(self) -> tuple[pa.Schema, pa.Schema]:
-        if self._input_schema is None or self._table_schema is None:
+    def _prepared(self) -> tuple[pa.Schema, WritePlan]:
+        if self._input_schema is None or self._plan is None:
             raise SinkError("DeltaSink.prepare(schema) must run before writers are created")
-        return self._input_schema, self._table_schema
+        return self._input_schema, self._plan
+
+    def input_plan(self) -> InputPlan:
+        return self._prepared()[1].input_plan
 
     def create_writer(self, context: WriterContext) -> DeltaStagingWriter:
-        _, table = self._prepared()
-        return DeltaStagingWriter(context, self.location, table, self.partition_by, self.options)
+        _, plan = self._prepared()
+        return DeltaStagingWriter(context, self.location, plan.layout, self.options)
 
     def create_global_committer(self) -> DeltaGlobalCommitter:
-        schema, _ = self._prepared()
+        schema, plan = self._prepared()
         return DeltaGlobalCommitter(
             self.location,
-            partition_by=self.partition_by,
-            schema=schema,
+            plan=plan,
+            input_schema=schema,
             schema_mode=self.schema_mode,
+            table_configuration=self.table_configuration,
         )
 
     def committable_serializer(self) -> StagedFileSerializer:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from committers.delta._schema import normalize_schema
 from committers.delta._staging import STAGING_DIR
 from committers.delta._storage import TableLocation
 from framework.errors import (
@@ -22,7 +21,6 @@ from framework.errors import (
     DestinationError,
     LocationNotWritableError,
     NotATableError,
-    SchemaMismatchError,
 )
 
 __all__ = [
@@ -33,9 +31,8 @@ __all__ = [
     "CommitRecord",
     "added_paths",
     "find_commit",
-    "open_or_create",
+    "open_table",
     "remove_orphan_files",
-    "table_schema",
 ]
 
 log = logging.getLogger("committers.delta")
@@ -47,10 +44,6 @@ COMMIT_WRITER = "sink.writerIdentity"
 COMMIT_RUN_ID = "sink.runId"
 
 _HISTORY_WINDOWS = (64, 4096)  # how far back to look for an epoch's commit (recovery only)
-
-
-def table_schema(table: DeltaTable) -> pa.Schema:
-    return pa.schema(table.schema().to_arrow())
 
 
 def _is_empty_or_missing(location: TableLocation) -> bool:
@@ -66,66 +59,48 @@ def _is_empty_or_missing(location: TableLocation) -> bool:
     return all(entry.rstrip("/").rsplit("/", 1)[-1] in ignorable for entry in entries)
 
 
-def open_or_create(
-    location: TableLocation,
-    schema: pa.Schema,
-    partition_by: Sequence[str],
-    configuration: Mapping[str, str] | None = None,
-) -> DeltaTable:
-    """Open the table at ``location`` or create it, empty, with ``schema`` and ``partition_by``.
-
-    Creation happens once, from the driver, before any data commit. If another process created
-    the table in the meantime, the existing table is opened and validated instead.
+def open_table(location: TableLocation) -> DeltaTable | None:
+    """The table at ``location``, or ``None`` if there is none yet (the sink then creates it
+    with its first commit, so a failed first write leaves nothing behind).
 
     Raises:
         NotATableError: the location holds files but no Delta log.
-        LocationNotWritableError: the location cannot be created or written.
-        SchemaMismatchError: the existing table is partitioned differently.
+        LocationNotWritableError: the location cannot be read (credentials, bucket, path).
     """
     uri, options = location.uri, location.delta_storage_options()
     try:
-        exists = DeltaTable.is_deltatable(uri, storage_options=options)
+        if DeltaTable.is_deltatable(uri, storage_options=options):
+            return DeltaTable(uri, storage_options=options)
     except OSError as err:  # wrong credentials, missing bucket, unreachable endpoint
         raise _not_writable(location, err) from err
-    if not exists:
-        if not _is_empty_or_missing(location):
-            raise NotATableError(
-                f"{location.uri} holds files but is not a Delta table (no _delta_log). "
-                "Point table_uri at an existing Delta table, an empty directory or a new path."
-            )
-        try:
-            location.filesystem().makedirs(location.path(), exist_ok=True)
-            DeltaTable.create(
-                uri,
-                schema=normalize_schema(schema),
-                mode="error",
-                partition_by=list(partition_by) or None,
-                storage_options=options,
-                configuration=dict(configuration or {}) or None,
-            )
-        except PermissionError as err:
-            raise _not_writable(location, err) from err
-        except Exception as err:  # delta-rs reports I/O failures as its own errors
-            if not DeltaTable.is_deltatable(uri, storage_options=options):
-                raise _not_writable(location, err) from err
-            log.info("table %s was created concurrently; using it", location.uri)
-    try:
-        table = DeltaTable(uri, storage_options=options)
-    except OSError as err:
-        raise _not_writable(location, err) from err
-    existing = list(table.metadata().partition_columns)
-    if list(partition_by) != existing:
-        raise SchemaMismatchError(
-            f"table {location.uri} is partitioned by {existing or 'nothing'}, but the sink was "
-            f"configured with partition_by={list(partition_by)}. Use the table's partitioning."
+    if not _is_empty_or_missing(location):
+        raise NotATableError(
+            f"{location.uri} holds files but is not a Delta table (no _delta_log). "
+            "Point table_uri at an existing Delta table, an empty directory or a new path."
         )
-    return table
+    return None
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_XML_FIELD = re.compile(r"<(Code|Message)>([^<]*)</\1>")
+
+
+def plain_error_text(err: BaseException) -> str:
+    """An error's text for a message: without terminal colour codes, and with an S3 XML error
+    body reduced to its code and message."""
+    text = _ANSI_ESCAPE.sub("", str(err))
+    if "<?xml" in text or "<Error>" in text:
+        fields = dict((k, v) for k, v in _XML_FIELD.findall(text))
+        head = re.split(r"<\?xml|<Error>", text, maxsplit=1)[0].rstrip(' :"')
+        detail = ": ".join(fields[k] for k in ("Code", "Message") if k in fields)
+        text = f"{head}: {detail}" if detail else head
+    return " ".join(text.split())
 
 
 def _not_writable(location: TableLocation, err: BaseException) -> LocationNotWritableError:
     return LocationNotWritableError(
-        f"cannot create a Delta table at {location.uri}: {err}. Check that the path exists or "
-        "can be created and that this process has write permission there."
+        f"cannot create a Delta table at {location.uri}: {plain_error_text(err)}. Check that "
+        "the path exists or can be created and that this process has write permission there."
     )
 
 

@@ -10,11 +10,14 @@ happens to the task, the driver can find and delete files that do not get commit
 from __future__ import annotations
 
 import contextlib
+import decimal
 import itertools
+import random
+import string
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,11 +29,12 @@ import pyarrow.parquet as pq
 
 from committers.delta._committable import StagedFile
 from committers.delta._options import WriterOptions
+from committers.delta._rules import FileLayout
 from committers.delta._schema import partition_dir, serialize_partition_value
 from committers.delta._staging import manifest_path, write_manifest
-from committers.delta._stats import delta_stats
+from committers.delta._stats import FileStatsCollector
 from committers.delta._storage import TableLocation
-from framework.errors import NullConstraintError, SchemaMismatchError, StagingError
+from framework.errors import SchemaMismatchError, StagingError
 from framework.sink import SinkWriter, WriterContext
 
 __all__ = ["UPLOAD_PART_SIZE", "DeltaStagingWriter"]
@@ -46,6 +50,7 @@ class _OpenFile:
     partition_values: dict[str, str | None]
     stream: Any
     writer: pq.ParquetWriter
+    stats: FileStatsCollector
     pending: list[pa.RecordBatch] = field(default_factory=list)
     pending_rows: int = 0
     pending_bytes: int = 0
@@ -88,34 +93,33 @@ class _SerialWorker:
 class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
     """Stages one task attempt's rows as Parquet files under the table root.
 
+    It receives rows shaped by the sink's input plan (see ``_rules.py``): the data columns under
+    the names and types of ``layout.file_schema`` and the partition columns already spelled as
+    the log stores them. The table's rules were checked on those rows by the engine; this
+    writer only lays them out (a partition value that is not a string is spelled here, for
+    callers that drive the writer without an engine).
+
     Guarantees: every file this writer may have created is named in its manifest before it
     exists; a file is reported (as a :class:`StagedFile`) only after it is completely written
     and closed. On failure nothing is reported and :meth:`abort` deletes what was written.
 
-    Raises (from :meth:`write`): ``NullConstraintError`` for a null in a non-nullable column,
-    ``SchemaMismatchError`` when a batch does not have the expected columns, ``StagingError``
-    when the storage write fails.
+    Raises (from :meth:`write`): ``SchemaMismatchError`` when a batch does not have the
+    expected columns, ``StagingError`` when the storage write fails.
     """
 
     def __init__(
         self,
         context: WriterContext,
         location: TableLocation,
-        table_schema: pa.Schema,
-        partition_by: Sequence[str],
+        layout: FileLayout,
         options: WriterOptions,
     ) -> None:
         self._context = context
         self._location = location
         self._fs = location.filesystem()
-        self._table_schema = table_schema
-        self._partition_by = list(partition_by)
-        # Files declare every column optional (as Spark's writer does); NOT NULL is enforced
-        # on the values in _conform and recorded in the table schema.
-        self._data_schema = pa.schema(
-            [f.with_nullable(True) for f in table_schema if f.name not in partition_by]
-        )
-        self._non_nullable = [f.name for f in table_schema if not f.nullable]
+        self._data_schema = layout.file_schema
+        self._partition_by = list(layout.partition_columns)
+        self._hive_directories = layout.hive_directories
         self._options = options
         self._manifest = manifest_path(context.epoch, context.partition_id, context.task_attempt_id)
         self._created: list[str] = []
@@ -130,38 +134,41 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        batch = self._conform(batch)
+        data = self._file_rows(batch)
         if not self._partition_by:
-            self._append((), {}, batch)
+            self._append((), {}, data)
             return
-        for key, values, part in self._split_by_partition(batch):
-            self._append(key, values, part.drop_columns(self._partition_by))
+        for key, values, rows in self._split_by_partition(batch):
+            self._append(key, values, data if rows is None else data.take(rows))
 
-    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Select the table's columns in table order, cast to table types, check nulls."""
+    def _file_rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch's data columns, in file order and with the file's types. A data column
+        absent from the batch is written as nulls."""
         names = set(batch.schema.names)
-        wanted = [f.name for f in self._table_schema if f.name in names]
-        if len(wanted) != len(names):
-            extra = sorted(names - set(wanted))
-            raise SchemaMismatchError(f"input has columns not in the table schema: {extra}")
-        target = pa.schema([self._table_schema.field(n).with_nullable(True) for n in wanted])
-        try:
-            batch = batch.select(wanted).cast(target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-            raise SchemaMismatchError(f"input does not convert to the table schema: {err}") from err
-        for name in self._non_nullable:
-            if name in names and batch.column(name).null_count:
-                raise NullConstraintError(
-                    f"column {name!r} is non-nullable in the table but the input holds "
-                    f"{batch.column(name).null_count} null value(s). Filter or fill the nulls "
-                    "before writing (e.g. df.na.drop(subset=[...]) or coalesce())."
-                )
-        return batch
+        expected = set(self._data_schema.names) | set(self._partition_by)
+        if not names <= expected:
+            raise SchemaMismatchError(
+                f"input has columns not in the table schema: {sorted(names - expected)}"
+            )
+        columns = []
+        for f in self._data_schema:
+            if f.name not in names:
+                columns.append(pa.nulls(batch.num_rows, f.type))
+                continue
+            try:
+                columns.append(_to_file_type(batch.column(f.name), f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise SchemaMismatchError(
+                    f"column {f.name!r} does not convert to the table's type {f.type}: {err}"
+                ) from err
+        return pa.RecordBatch.from_arrays(columns, schema=self._data_schema)
 
     def _split_by_partition(
         self, batch: pa.RecordBatch
-    ) -> list[tuple[tuple[Any, ...], dict[str, str | None], pa.RecordBatch]]:
-        """Group rows by partition values with one sort (no per-key scans)."""
+    ) -> list[tuple[tuple[Any, ...], dict[str, str | None], np.ndarray | None]]:
+        """Group rows by partition values with one sort (no per-key scans): for each
+        partition, its key, its values as the log spells them and its row indices (``None``:
+        every row)."""
         codes = np.zeros(batch.num_rows, dtype=np.int64)
         for name in self._partition_by:
             encoded = pc.dictionary_encode(batch.column(name), null_encoding="encode")
@@ -178,12 +185,13 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             bounds = [0, *(np.flatnonzero(np.diff(sorted_codes)) + 1).tolist(), batch.num_rows]
         result = []
         for start, end in itertools.pairwise(bounds):
-            part = (
-                batch.slice(start, end - start) if order is None else batch.take(order[start:end])
-            )
-            raw = {name: part.column(name)[0].as_py() for name in self._partition_by}
-            values = {name: serialize_partition_value(v) for name, v in raw.items()}
-            result.append((tuple(values.values()), values, part))
+            first = start if order is None else int(order[start])
+            values = {
+                name: _partition_value(batch.column(name)[first].as_py())
+                for name in self._partition_by
+            }
+            rows = None if order is None else order[start:end]
+            result.append((tuple(values.values()), values, rows))
         return result
 
     # -- buffering and files ------------------------------------------------------------------
@@ -208,7 +216,12 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             # Too many partitions at once: finish the fullest file to bound memory.
             fullest = max(self._open, key=lambda k: self._open[k].pending_bytes)
             self._finish(fullest)
-        directory = partition_dir(self._partition_by, values) if self._partition_by else ""
+        if not self._hive_directories:
+            directory = "".join(random.choices(string.ascii_letters + string.digits, k=2))
+        elif self._partition_by:
+            directory = partition_dir(self._partition_by, values)
+        else:
+            directory = ""
         name = (
             f"part-{self._context.partition_id:05d}-{uuid.uuid4()}"
             f".{self._options.compression}.parquet"
@@ -235,7 +248,7 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             )
         except OSError as err:
             raise StagingError(f"cannot create staged file {relative!r}: {err}") from err
-        opened = _OpenFile(relative, values, stream, writer)
+        opened = _OpenFile(relative, values, stream, writer, FileStatsCollector(self._data_schema))
         self._open[key] = opened
         self._opened.append(opened)
         return opened
@@ -250,10 +263,9 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
 
     def _write_row_group(self, current: _OpenFile, batches: list[pa.RecordBatch]) -> None:
         """Background thread: encode and write one row group; flag the file once it is full."""
-        table = pa.Table.from_batches(batches, schema=batches[0].schema)
+        table = pa.Table.from_batches(batches, schema=self._data_schema)
+        current.stats.observe(table)
         try:
-            if table.schema.names != self._data_schema.names:  # merge mode: columns absent
-                table = _fill_missing(table, self._data_schema)
             current.writer.write_table(table, row_group_size=table.num_rows)
             if current.stream.tell() >= self._options.target_file_size:
                 current.full = True
@@ -280,7 +292,7 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
                 size=size,
                 partition_values=current.partition_values,
                 num_records=metadata.num_rows,
-                stats=delta_stats(metadata, self._data_schema),
+                stats=current.stats.to_json(metadata),
                 modification_time=int(time.time() * 1000),
                 task_attempt_id=self._context.task_attempt_id,
             )
@@ -319,9 +331,52 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
                 self._fs.rm(self._location.path(self._manifest))
 
 
-def _fill_missing(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    columns = [
-        table.column(f.name) if f.name in table.schema.names else pa.nulls(len(table), f.type)
-        for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
+def _partition_value(value: Any) -> str | None:
+    """A partition value as the log spells it (the input plan already spelled it as a string
+    when an engine ran it)."""
+    return value if value is None or isinstance(value, str) else serialize_partition_value(value)
+
+
+def _to_file_type(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` cast to ``target``. A NOT NULL struct field holds nulls where its parent is
+    null (that is how engines hand such rows over): those slots get a placeholder value, since
+    the parent's null hides them, and Parquet refuses nulls in a required field. A null where
+    the parent is not null (a broken rule) is left as it is, so the Parquet writer refuses it.
+    """
+    if not pa.types.is_struct(target) or not pa.types.is_struct(array.type):
+        return array.cast(target)
+    parent_null = array.is_null()
+    children = []
+    for index, child_field in enumerate(target):
+        child = _to_file_type(array.field(index), child_field.type)
+        if not child_field.nullable and child.null_count:
+            child = pc.if_else(parent_null, _placeholder(child), child)
+        children.append(child)
+    mask = parent_null if array.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+
+
+def _placeholder(array: pa.Array) -> pa.Array:
+    """``array`` with every null replaced by a value of its type (zero, empty, false)."""
+    t = array.type
+    if pa.types.is_struct(t):
+        return pa.StructArray.from_arrays(
+            [_placeholder(array.field(i)) for i in range(t.num_fields)], fields=list(t)
+        )
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        zero = pa.scalar("", t)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        zero = pa.scalar(b"", t)
+    elif pa.types.is_boolean(t):
+        zero = pa.scalar(False)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        zero = pa.scalar([], t)
+    elif pa.types.is_date32(t):
+        zero = pa.scalar(0, pa.int32()).cast(t)
+    elif pa.types.is_timestamp(t):
+        zero = pa.scalar(0, pa.int64()).cast(t)
+    elif pa.types.is_decimal(t):
+        zero = pa.scalar(decimal.Decimal(0), t)
+    else:
+        zero = pa.scalar(0, t)
+    return pc.fill_null(array, zero)

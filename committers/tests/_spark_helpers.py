@@ -82,12 +82,7 @@ class CrashingFirstAttemptSink(DeltaSink):
         self.crash_record = crash_record
 
     def create_writer(self, context):
-        _, table = self._prepared()
+        _, plan = self._prepared()
         return _CrashingWriter(
-            context,
-            self.location,
-            table,
-            self.partition_by,
-            self.options,
-            crash_record=self.crash_record,
+            context, self.location, plan.layout, self.options, crash_record=self.crash_record
         )

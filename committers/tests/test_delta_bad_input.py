@@ -7,7 +7,7 @@ import pytest
 from deltalake import DeltaTable
 
 from committers.delta import DeltaSink
-from committers.tests._delta_helpers import assert_no_orphans, ids, read_rows
+from committers.tests._delta_helpers import assert_no_orphans, committed_files, ids, read_rows
 from framework import TwoPhaseSink
 from framework.errors import (
     LocationNotWritableError,
@@ -30,7 +30,7 @@ def table_with_rows(spark, tmp_path):
     return table
 
 
-def _assert_unchanged(table: str, version: int = 1) -> None:
+def _assert_unchanged(table: str, version: int = 0) -> None:
     assert DeltaTable(table).version() == version
     assert ids(table) == list(range(10))
     assert_no_orphans(table)
@@ -60,7 +60,7 @@ def test_new_column_is_rejected_by_default_and_merged_on_request(spark, table_wi
 def test_null_in_non_nullable_column_commits_nothing(spark, table_with_rows):
     df = spark.createDataFrame([(100, "0"), (None, "1")], "id BIGINT, day STRING")
     sink = TwoPhaseSink(DeltaSink(table_with_rows, app_id="nulls", partition_by=["day"]))
-    with pytest.raises(NullConstraintError, match="'id' is non-nullable"):
+    with pytest.raises(NullConstraintError, match="NOT NULL column 'id' is violated by a row"):
         sink.write(df)
     _assert_unchanged(table_with_rows)
 
@@ -75,8 +75,15 @@ def test_missing_partition_column(spark, tmp_path):
 def test_partitioning_differs_from_existing_table(spark, table_with_rows):
     df = spark.range(0, 5).selectExpr("id", "cast(id % 2 as string) as day")
     with pytest.raises(SchemaMismatchError, match="partitioned by"):
-        TwoPhaseSink(DeltaSink(table_with_rows, app_id="p")).write(df)
+        TwoPhaseSink(DeltaSink(table_with_rows, app_id="p", partition_by=["id"])).write(df)
     _assert_unchanged(table_with_rows)
+
+
+def test_appending_without_partition_by_uses_the_tables_partitioning(spark, table_with_rows):
+    df = spark.range(10, 14).selectExpr("id", "cast(id % 2 as string) as day")
+    TwoPhaseSink(DeltaSink(table_with_rows, app_id="p")).write(df)
+    assert ids(table_with_rows) == list(range(14))
+    assert all(path.startswith("day=") for path in committed_files(table_with_rows))
 
 
 @pytest.mark.parametrize(

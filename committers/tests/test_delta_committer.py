@@ -28,7 +28,6 @@ from committers.tests._delta_helpers import (
 from framework.errors import (
     ConcurrentWriterError,
     ConfigurationError,
-    NullConstraintError,
 )
 from framework.sink import deserialize_versioned, serialize_versioned
 
@@ -58,7 +57,7 @@ def test_one_transaction_per_epoch_with_txn_and_partitions(tmp_path):
     sink = make_sink(tmp_path)
     _, files = commit_epoch(sink, epoch(0), [day_batch(0, 50), day_batch(50, 100)])
     table = DeltaTable(sink.table_uri)
-    assert table.version() == 1  # version 0 is the empty CREATE
+    assert table.version() == 0  # the first commit creates the table with its data
     assert table.transaction_version("app") == 0
     assert ids(sink.table_uri) == list(range(100))
     assert {f.partition_values["day"] for f in files} == {"d0", "d1", "d2"}
@@ -149,15 +148,6 @@ def test_writer_abort_removes_its_files_and_manifest(tmp_path):
     assert staging_leftovers(sink.table_uri) == []
 
 
-def test_null_in_non_nullable_column_is_rejected_on_the_task(tmp_path):
-    sink = make_sink(tmp_path)
-    bad = pa.RecordBatch.from_pydict(
-        {"id": pa.array([1, None], pa.int64()), "day": pa.array(["a", "b"])}
-    )
-    with pytest.raises(NullConstraintError, match="'id' is non-nullable"):
-        stage(sink, epoch(0), [bad])
-
-
 def test_stats_match_the_data(tmp_path):
     schema = pa.schema(
         [
@@ -166,36 +156,66 @@ def test_stats_match_the_data(tmp_path):
             ("ts", pa.timestamp("us", tz="UTC")),
             ("d", pa.date32()),
             ("f", pa.float64()),
+            ("flag", pa.bool_()),
+            ("st", pa.struct([("x", pa.int32())])),
         ]
     )
     sink = DeltaSink(str(tmp_path / "t"), app_id="app")
     sink.prepare(schema)
     t0 = datetime.datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=datetime.timezone.utc)
-    data = pa.RecordBatch.from_pydict(
-        {
-            "id": [5, 1, None],
-            "s": ["b", "z" * 40, "c"],
-            "ts": [t0, t0 + datetime.timedelta(hours=1), None],
-            "d": [datetime.date(2026, 1, 2), datetime.date(2025, 1, 1), None],
-            "f": [1.5, float("nan"), -2.0],
-        },
-        schema=schema,
-    )
-    (staged,) = stage(sink, epoch(0), [data])
-    stats = json.loads(staged.stats)
+    end_of_time = datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.timezone.utc)
+
+    def stats_of(f: list[float]) -> dict:
+        data = pa.RecordBatch.from_pydict(
+            {
+                "id": [5, 1, None],
+                "s": ["b", "𠮷" * 40, "z"],
+                "ts": [t0, end_of_time, None],
+                "d": [datetime.date(2026, 1, 2), datetime.date(2025, 1, 1), None],
+                "f": f,
+                "flag": [True, None, True],
+                "st": [{"x": 1}, None, {"x": None}],
+            },
+            schema=schema,
+        )
+        (staged,) = stage(sink, epoch(0), [data])
+        assert "\\u" not in staged.stats  # raw UTF-8, no surrogate pairs
+        return json.loads(staged.stats)
+
+    stats = stats_of([1.5, 0.0, -2.0])
     assert stats["numRecords"] == 3
-    assert stats["nullCount"] == {"id": 1, "s": 0, "ts": 1, "d": 1, "f": 0}
-    assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (1, 5)
-    assert stats["minValues"]["s"] == "b"
-    assert "s" not in stats["maxValues"]  # a truncated max would be wrong: omitted
-    assert stats["minValues"]["f"] == -2.0
-    assert "f" not in stats["maxValues"]  # NaN sorts above every number: no max for floats
-    assert stats["minValues"]["ts"] == "2026-11-21T10:00:00.123Z"
-    assert stats["maxValues"]["ts"] == "2026-11-21T11:00:00.124Z"  # rounded up, still >= max
-    assert (stats["minValues"]["d"], stats["maxValues"]["d"]) == ("2025-01-01", "2026-01-02")
-    committer = sink.create_global_committer()
-    committer.commit([committer.combine(epoch(0), [staged])])
-    assert DeltaTable(sink.table_uri).count() == 3
+    assert stats["nullCount"] == {
+        "id": 1,
+        "s": 0,
+        "ts": 1,
+        "d": 1,
+        "f": 0,
+        "flag": 1,
+        "st": {"x": 2},
+    }
+    assert stats["minValues"] == {
+        "id": 1,
+        "s": "b",
+        "ts": "2026-11-21T10:00:00.123456Z",
+        "d": "2025-01-01",
+        "f": -2.0,
+        "flag": True,
+        "st": {"x": 1},
+    }
+    assert stats["maxValues"] == {
+        "id": 5,
+        "s": "𠮷" * 32 + "\U0010ffff",  # delta-spark's truncation: a prefix and a tie-breaker
+        "ts": "9999-12-31T23:59:59.999999Z",
+        "d": "2026-01-02",
+        "f": 1.5,
+        "flag": True,
+        "st": {"x": 1},
+    }
+    # NaN sorts above every number in Spark SQL and Delta, and Parquet bounds leave it out:
+    # such a file gets no bounds at all (readers take a one-sided bound as null).
+    with_nan = stats_of([1.5, float("nan"), -2.0])
+    assert "minValues" not in with_nan and "maxValues" not in with_nan
+    assert with_nan["nullCount"] == stats["nullCount"]
 
 
 def test_files_roll_at_target_size_and_row_groups_are_large(tmp_path):
@@ -359,7 +379,7 @@ def test_same_app_id_commit_after_both_checked_is_refused(tmp_path):
         second.commit([second.combine(ep_b, files_b)])
     second.clean_up(ep_b)
     assert ids(sink.table_uri) == list(range(10))
-    assert DeltaTable(sink.table_uri).version() == 1
+    assert DeltaTable(sink.table_uri).version() == 0
 
 
 def test_restarted_driver_cleans_up_after_a_commit_it_did_not_see(tmp_path):
@@ -396,9 +416,10 @@ def test_expired_logs_are_cleaned_on_a_cadence_and_the_table_stays_exact(tmp_pat
 
     committer = DeltaGlobalCommitter(
         sink.location,
-        partition_by=["day"],
-        schema=SCHEMA,
+        plan=sink._plan,
+        input_schema=SCHEMA,
         schema_mode="strict",
+        table_configuration=sink.table_configuration,
         log_cleanup_every=4,
     )
     log_dir = tmp_path / "t" / "_delta_log"

@@ -215,6 +215,20 @@ def test_bounded_write_with_epoch_id_is_idempotent(spark, tmp_path):
     assert_no_orphans(table)
 
 
+def test_a_new_checkpoint_with_a_derived_app_id_is_warned_about(spark, tmp_path, caplog):
+    """Without app_id a replaced checkpoint is a new writer: the sink cannot stop the source
+    being written again, but it says so, naming the derived app ids already in the table."""
+    src, table = make_source(tmp_path, 2), str(tmp_path / "table")
+    run_available_now(TwoPhaseSink(DeltaSink(table)), file_stream(spark, src), tmp_path / "c1")
+    first_app_id = DeltaTable(table).history(limit=1)[0]["sink.appId"]
+    assert first_app_id.startswith("query-")
+    with caplog.at_level(logging.WARNING, logger="framework.spark"):
+        run_available_now(TwoPhaseSink(DeltaSink(table)), file_stream(spark, src), tmp_path / "c2")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(first_app_id in w and "Set app_id" in w for w in warnings), warnings
+    assert sorted(ids(table)) == sorted([*range(20), *range(20)])  # documented: written twice
+
+
 def test_per_batch_log_line_and_metrics(spark, tmp_path, caplog):
     table = str(tmp_path / "table")
     df = spark.range(0, 1000, numPartitions=2).selectExpr("id", "cast(id % 2 as string) as day")

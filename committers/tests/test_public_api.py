@@ -12,5 +12,6 @@ def test_delta_public_surface_is_pinned():
         "DeltaSink",
         "StagedFile",
         "StagedFileSerializer",
+        "UnsupportedTableFeatureError",
         "WriterOptions",
     ]

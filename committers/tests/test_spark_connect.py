@@ -84,11 +84,9 @@ def test_streaming_query_over_connect_is_exactly_once_across_a_restart(
     assert_no_orphans(table)
 
 
-def test_bounded_write_over_connect(connect_mode, tmp_path):
+def test_bounded_write_over_connect(connect, tmp_path):
     table = str(tmp_path / "table")
-    df = connect_mode.range(0, 500, numPartitions=2).selectExpr(
-        "id", "cast(id % 3 as string) as day"
-    )
+    df = connect.range(0, 500, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as day")
     sink = TwoPhaseSink(DeltaSink(table, app_id="connect-backfill", partition_by=["day"]))
     metrics = sink.write(df, epoch_id=7)
     assert (metrics.status, metrics.rows, metrics.epoch_id) == ("committed", 500, 7)

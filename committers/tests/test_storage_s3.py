@@ -325,3 +325,16 @@ def test_profile_on_both_sides(
         {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_PROFILE": "it"},
     )
     assert _roundtrip(location) == [1, 2, 3]
+
+
+def test_raw_delta_rs_error_text_is_made_plain():
+    from committers.delta._table import plain_error_text
+
+    raw = OSError(
+        "\x1b[31mGeneric S3 error\x1b[0m: Error performing GET: response error "
+        '"<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+        '<Message>Access Denied.</Message><Resource>/b/t</Resource></Error>"'
+    )
+    assert plain_error_text(raw) == (
+        "Generic S3 error: Error performing GET: response error: AccessDenied: Access Denied."
+    )

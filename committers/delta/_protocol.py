@@ -1,0 +1,112 @@
+"""Which Delta writer features a table asks for, and whether this sink can honour them.
+
+A Delta writer must honour every writer feature of the table's protocol or not write at all
+(PROTOCOL.md, "Writer Requirements"). Features come from ``writerFeatures`` on writer version 7,
+and are implied by the version number on older (legacy) protocols. This module names them and
+refuses, with the feature's name and what to do, every table the sink cannot write correctly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from framework.errors import DestinationError
+
+__all__ = [
+    "ENFORCED_FEATURES",
+    "TableFeatures",
+    "UnsupportedTableFeatureError",
+]
+
+# Features implied by a legacy writer version (each version includes the ones below it).
+_LEGACY_WRITER_FEATURES = {
+    2: ("appendOnly", "invariants"),
+    3: ("checkConstraints",),
+    4: ("changeDataFeed", "generatedColumns"),
+    5: ("columnMapping",),
+    6: ("identityColumns",),
+}
+
+# Features the sink honours when it appends. How each is honoured:
+ENFORCED_FEATURES = {
+    "appendOnly": "the sink only appends",
+    "invariants": "checked on every row in the Spark tasks",
+    "checkConstraints": "checked on every row in the Spark tasks",
+    "generatedColumns": "computed when absent, checked when given",
+    "columnMapping": "files, stats and partition values use physical names and field ids",
+    "changeDataFeed": "appends need no change files (their adds are the change data)",
+    "deletionVectors": "appends add no deletion vectors",
+    "timestampNtz": "written as Parquet timestamps without time zone",
+    "v2Checkpoint": "checkpoints are written by delta-rs in the table's format",
+    # delta-rs enables it on every table it upgrades to writer version 7; a variant column
+    # itself is refused as a type the sink cannot write.
+    "variantType": "variant columns are refused by type",
+    "variantType-preview": "variant columns are refused by type",
+}
+
+# Why the others are refused (delta-rs cannot commit to these tables either).
+_REFUSED_FEATURES = {
+    "identityColumns": "identity columns need values generated from the table's high-water "
+    "mark in the same commit, which neither this sink nor delta-rs can do",
+    "typeWidening": "type changes are not tracked by this sink's writer",
+    "allowColumnDefaults": "column defaults are not filled in by this sink's writer",
+    "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
+    "domainMetadata": "domain metadata is not maintained by this sink's writer",
+    "inCommitTimestamp": "in-commit timestamps are not written by delta-rs",
+    "clustering": "liquid clustering is not maintained by this sink's writer",
+    "icebergCompatV1": "Iceberg compatibility metadata is not written by this sink",
+    "icebergCompatV2": "Iceberg compatibility metadata is not written by this sink",
+    "vacuumProtocolCheck": "delta-rs does not support it for writes",
+}
+
+
+class UnsupportedTableFeatureError(DestinationError):
+    """The table requires a writer feature this sink cannot honour; nothing was written."""
+
+
+@dataclass(frozen=True)
+class TableFeatures:
+    """The writer features a table's protocol enables."""
+
+    min_writer_version: int
+    enabled: frozenset[str]
+
+    @classmethod
+    def of(cls, min_writer_version: int, writer_features: Iterable[str] | None) -> TableFeatures:
+        if min_writer_version >= 7:
+            return cls(min_writer_version, frozenset(writer_features or ()))
+        implied = [
+            feature
+            for version, features in _LEGACY_WRITER_FEATURES.items()
+            if min_writer_version >= version
+            for feature in features
+        ]
+        return cls(min_writer_version, frozenset(implied))
+
+    def __contains__(self, feature: object) -> bool:
+        return feature in self.enabled
+
+    def check_writable(self, table_uri: str) -> None:
+        """Refuse a table with a writer feature this sink cannot honour.
+
+        Raises:
+            UnsupportedTableFeatureError: naming each such feature and why.
+        """
+        refused = sorted(self.enabled - ENFORCED_FEATURES.keys())
+        if not refused:
+            return
+        reasons = "; ".join(
+            f"{name}: {_REFUSED_FEATURES.get(name, 'unknown to this sink')}" for name in refused
+        )
+        legacy = (
+            ""
+            if self.min_writer_version >= 7
+            else (f" (implied by legacy writer version {self.min_writer_version})")
+        )
+        raise UnsupportedTableFeatureError(
+            f"table {table_uri} requires the writer feature(s) {', '.join(refused)}{legacy}, "
+            f"which this sink cannot honour ({reasons}). Writing anyway could corrupt the "
+            "table for other readers, so nothing was written. Write to this table with an "
+            "engine that supports the feature (delta-spark), or to a table without it."
+        )
