@@ -21,7 +21,6 @@ concurrent upload). Usage: python benchmarks/s3_staging.py [ROWS] [REPEATS]
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -151,5 +150,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    os._exit(0)  # deltalake's runtime can abort at interpreter exit after the work is done

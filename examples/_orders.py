@@ -121,8 +121,3 @@ def quiet_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="  %(message)s")
     for noisy in ("py4j", "botocore", "aiobotocore", "s3fs", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def exit_now(code: int) -> None:
-    sys.stdout.flush()
-    os._exit(code)  # deltalake's runtime can abort at interpreter exit after the work is done

@@ -25,11 +25,12 @@ The checkpoint and the source stay on local disk; only the table is on S3.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-from _orders import exit_now, quiet_logging, report, run_demo, spark_session
+from _orders import quiet_logging, report, run_demo, spark_session
 
 FILES, ORDERS_PER_FILE = 4, 500
 
@@ -87,4 +88,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    sys.exit(main())

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
-from _orders import exit_now, quiet_logging, report, run_demo, spark_session
+from _orders import quiet_logging, report, run_demo, spark_session
 
 FILES, ORDERS_PER_FILE = 6, 1000
 OUT = Path(os.environ.get("DEMO_OUTPUT", Path(__file__).resolve().parent.parent / "demo-output"))
@@ -41,4 +42,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    sys.exit(main())

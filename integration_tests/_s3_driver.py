@@ -25,5 +25,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    os._exit(0)  # deltalake's runtime can abort at interpreter exit; the work is done

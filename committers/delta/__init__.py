@@ -4,7 +4,12 @@ from committers.delta._committable import DeltaCommittable, StagedFile, StagedFi
 from committers.delta._committer import DeltaGlobalCommitter
 from committers.delta._options import WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
+from committers.delta._shutdown import register as _register_clean_exit
 from committers.delta._sink import DeltaSink
+
+# A table read back with delta-rs can otherwise abort the interpreter at exit (SIGABRT,
+# "terminate called without an active exception"): see committers/delta/_shutdown.py.
+_register_clean_exit()
 
 __all__ = [
     "DeltaCommittable",
