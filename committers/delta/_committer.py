@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -419,9 +420,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             return
         if not committed:
             manifests = {m: f for m, f in manifests.items() if is_run_manifest(m, epoch)}
-        orphans = set().union(*manifests.values()) - committed_files
+        orphans = set().union(*(m.files for m in manifests.values())) - committed_files
         fs = self._location.filesystem()
         _delete(fs, [self._location.path(relative) for relative in sorted(orphans)])
+        for directory in set().union(*(m.directories for m in manifests.values())):
+            _remove_empty_directories(self._location, directory)
         _delete(fs, sorted(manifests))
         _remove_empty_parents(self._location, epoch_staging_dir(epoch))
 
@@ -472,6 +475,17 @@ def _add_action(staged: StagedFile) -> AddAction:
         data_change=True,
         stats=staged.stats,
     )
+
+
+def _remove_empty_directories(location: TableLocation, relative: str) -> None:
+    """Remove the empty directories at and below ``relative`` (a run directory whose
+    uncommitted files were deleted), on file systems that have real directories."""
+    if not location.is_local:
+        return
+    top = location.path(relative)
+    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)  # fails, as it should, while a committed file remains
 
 
 def _remove_empty_parents(location: TableLocation, relative: str) -> None:

@@ -76,7 +76,13 @@ class TableShape:
 
     @classmethod
     def for_new_table(cls, schema: pa.Schema, partition_by: Sequence[str]) -> TableShape:
-        """The table the sink will create for input ``schema`` (no features, no rules)."""
+        """The table the sink will create for input ``schema`` (no features, no rules).
+
+        Fields inside structs are nullable whatever the input says, as in tables delta-spark
+        creates from a DataFrame: ``named_struct('x', id)`` must not make ``x`` NOT NULL."""
+        schema = pa.schema(
+            [f.with_type(_nullable_inside(f.type)) for f in schema], metadata=schema.metadata
+        )
         return cls(
             schema=parse_schema(DeltaSchema.from_arrow(schema).to_json()),
             partition_by=tuple(partition_by),
@@ -111,6 +117,17 @@ class TableShape:
         if "generatedColumns" not in self.features:
             return frozenset()
         return frozenset(f.name for f in self.schema.fields if f.generation_expression)
+
+
+def _nullable_inside(t: pa.DataType) -> pa.DataType:
+    """``t`` with every field nested in it nullable."""
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_nullable_inside(f.type)).with_nullable(True) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(pa.field("element", _nullable_inside(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_nullable_inside(t.key_type), _nullable_inside(t.item_type))
+    return t
 
 
 @dataclass(frozen=True)

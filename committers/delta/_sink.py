@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from committers.delta._committable import DeltaCommittable, StagedFile, StagedFileSerializer
 from committers.delta._committer import DeltaGlobalCommitter
+from committers.delta._delta_schema import walk
 from committers.delta._options import (
     DEFAULT_COMPRESSION,
     DEFAULT_MAX_OPEN_FILES,
@@ -25,16 +30,32 @@ from committers.delta._schema import (
     check_partition_columns,
     normalize_schema,
 )
+from committers.delta._spark_staging import SparkParquetStager, hadoop_can_write
 from committers.delta._storage import TableLocation
 from committers.delta._table import open_table, remove_orphan_files
 from committers.delta._writer import DeltaStagingWriter
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
 from framework.sink import InputPlan, Sink, WriterContext
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("committers.delta")
+Staging = Literal["auto", "spark", "arrow"]
+
 __all__ = ["DeltaSink"]
 
 DEFAULT_ORPHAN_RETENTION = datetime.timedelta(days=7)
 DEFAULT_TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
+
+
+def _bytes_per_row(table: DeltaTable) -> float | None:
+    """Compressed bytes per row in the table's current files (None if it has no rows)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    rows = pc.sum(actions.column("num_records")).as_py() if actions.num_rows else 0
+    if not rows:
+        return None
+    return float(pc.sum(actions.column("size_bytes")).as_py()) / rows
 
 
 def _check_app_id(app_id: str | None) -> None:
@@ -65,6 +86,12 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             shape of staged Parquet files (see ``WriterOptions``).
         table_configuration: Delta table properties used when the sink creates the table
             (column mapping excluded: create such tables first, the sink writes into them).
+        staging: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer (rows
+            stay in the JVM; fastest); ``"arrow"``: the sink's Python writers in
+            ``mapInArrow`` tasks, through fsspec; ``"auto"`` (default): ``"spark"`` where
+            Spark's Hadoop file system can write the table's URI (a local path always,
+            another scheme if its Hadoop FileSystem class loads) and the table does not use
+            column mapping, ``"arrow"`` otherwise. Both give the same guarantees.
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -87,6 +114,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         compression: str = DEFAULT_COMPRESSION,
         table_configuration: Mapping[str, str] | None = None,
+        staging: Staging = "auto",
         unsafe_skip_conditional_put_check: bool = False,
     ) -> None:
         if not isinstance(table_uri, str) or not table_uri:
@@ -97,6 +125,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         partition_by = list(partition_by)
         if len(set(partition_by)) != len(partition_by):
             raise ConfigurationError(f"partition_by lists a column twice: {partition_by}")
+        if staging not in ("auto", "spark", "arrow"):
+            raise ConfigurationError(f"staging must be 'auto', 'spark' or 'arrow', got {staging!r}")
+        self.staging: Staging = staging
+        self._logged_staging = False
         if schema_mode not in ("strict", "merge"):
             raise ConfigurationError(
                 f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}"
@@ -124,6 +156,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             )
         self.unsafe_skip_conditional_put_check = unsafe_skip_conditional_put_check
         self._input_schema: pa.Schema | None = None
+        self._bytes_per_row: float | None = None
         self._plan: WritePlan | None = None
 
     @property
@@ -148,6 +181,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         # S3 only (a no-op elsewhere); with the override it logs a loud warning instead.
         verify_conditional_put(self.location, skip=self.unsafe_skip_conditional_put_check)
         table = open_table(self.location)
+        self._bytes_per_row = None if table is None else _bytes_per_row(table)
         if table is None:
             check_partition_columns(schema, self.partition_by)
             shape = TableShape.for_new_table(schema, self.partition_by)
@@ -174,6 +208,44 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
     def create_writer(self, context: WriterContext) -> DeltaStagingWriter:
         _, plan = self._prepared()
         return DeltaStagingWriter(context, self.location, plan.layout, self.options)
+
+    def spark_stager(self, df: DataFrame) -> SparkParquetStager | None:
+        """Spark's Parquet writer for batches like ``df``, per ``staging`` (None: the Python
+        writers stage them).
+
+        Raises:
+            ConfigurationError: ``staging="spark"`` where Spark cannot write this table.
+        """
+        _, plan = self._prepared()
+        if self.staging == "arrow":
+            return None
+        problem = None
+        if plan.shape.column_mapping:
+            problem = "the table uses column mapping (Spark's writer has no physical names)"
+        elif any(len(path) > 1 and not f.nullable for path, f in walk(plan.shape.schema)):
+            # Spark writes such a field as optional, with nulls under null parents, and
+            # deltalake's pyarrow reader then refuses the file.
+            problem = "the table has NOT NULL fields inside structs"
+        elif not hadoop_can_write(df, self.location.uri):
+            problem = (
+                "Spark has no Hadoop file system for this URI here (or this is a Spark "
+                "Connect session)"
+            )
+        if problem and self.staging == "spark":
+            raise ConfigurationError(
+                f"staging='spark' cannot write {self.location.uri}: {problem}. Use "
+                "staging='arrow' or 'auto'."
+            )
+        if not self._logged_staging:
+            self._logged_staging = True
+            log.info(
+                "DeltaSink %s stages with %s",
+                self.location.uri,
+                f"Python writers ({problem})" if problem else "Spark's Parquet writer",
+            )
+        if problem:
+            return None
+        return SparkParquetStager(self.location, plan.layout, self.options, self._bytes_per_row)
 
     def create_global_committer(self) -> DeltaGlobalCommitter:
         schema, plan = self._prepared()

@@ -5,6 +5,10 @@ Before a task opens a data file it records the file's path in its *manifest*, an
 driver therefore always leaves a manifest naming every file it may have created, and the
 driver can delete exactly the files that were not committed, without listing the table.
 Delta readers ignore directories whose name starts with ``_``.
+
+A run that lets Spark write its files (``staging="spark"``) cannot name them in advance: its
+manifest names the run's own directory instead, and everything below it belongs to the run
+(Spark's ``_temporary`` attempt files included).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from committers.delta._storage import TableLocation
@@ -20,6 +25,7 @@ from framework.sink import Epoch
 
 __all__ = [
     "STAGING_DIR",
+    "ManifestListing",
     "epoch_staging_dir",
     "is_run_manifest",
     "manifest_path",
@@ -63,8 +69,14 @@ def is_run_manifest(manifest: str, epoch: Epoch) -> bool:
     return manifest.rsplit("/", 1)[-1].startswith(f"{epoch.run_id}-")
 
 
-def write_manifest(location: TableLocation, relative: str, files: Iterable[str]) -> None:
-    """(Re)write a manifest listing ``files`` (paths relative to the table root).
+def write_manifest(
+    location: TableLocation,
+    relative: str,
+    files: Iterable[str],
+    directories: Iterable[str] = (),
+) -> None:
+    """(Re)write a manifest listing ``files`` and whole ``directories`` (paths relative to the
+    table root).
 
     Never leaves a truncated manifest: object stores replace an object atomically, and on a
     local file system the manifest is written to a temporary name and renamed.
@@ -72,7 +84,10 @@ def write_manifest(location: TableLocation, relative: str, files: Iterable[str])
     fs = location.filesystem()
     path = location.path(relative)
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    body = json.dumps({"files": sorted(files)}).encode()
+    content: dict[str, list[str]] = {"files": sorted(files)}
+    if directories:
+        content["directories"] = sorted(directories)
+    body = json.dumps(content).encode()
     if not location.is_local:
         fs.pipe_file(path, body)
         return
@@ -89,13 +104,43 @@ def manifest_task_attempt(manifest: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+@dataclass
+class ManifestListing:
+    """What one manifest accounts for: files, and directories owned whole by its run (their
+    files, as found when the manifest was read, are in ``files`` too)."""
+
+    files: set[str] = field(default_factory=set)
+    directories: set[str] = field(default_factory=set)
+
+
+def read_manifest(location: TableLocation, manifest: str) -> ManifestListing:
+    """The listing of ``manifest`` (an fsspec path), directories expanded.
+
+    Raises FileNotFoundError when the manifest is gone; an unreadable manifest lists nothing
+    (its files are left to ``remove_orphan_files``)."""
+    fs = location.filesystem()
+    with fs.open(manifest, "rb") as src:
+        raw = src.read()
+    try:
+        content = json.loads(raw)
+        listing = ManifestListing(set(content["files"]), set(content.get("directories", ())))
+    except (ValueError, KeyError, TypeError):
+        return ManifestListing()
+    root = location.path().rstrip("/")
+    for directory in listing.directories:
+        for found in fs.find(location.path(directory)):
+            if found.startswith(root + "/"):
+                listing.files.add(found[len(root) + 1 :])
+    return listing
+
+
 def read_manifests(
     location: TableLocation, epoch: Epoch, *, known: Callable[[str], bool] = lambda _: False
-) -> dict[str, set[str]]:
-    """Map each manifest (fsspec path) of ``epoch``'s writer to the data files it lists.
+) -> dict[str, ManifestListing]:
+    """Map each manifest (fsspec path) of ``epoch``'s writer to what it lists.
 
     Manifests for which ``known(path)`` is true are not read (their files are accounted for by
-    the caller) and map to an empty set: on object stores that saves one GET per task.
+    the caller) and map to an empty listing: on object stores that saves one GET per task.
     """
     fs = location.filesystem()
     directory = location.path(epoch_staging_dir(epoch))
@@ -103,18 +148,15 @@ def read_manifests(
         entries = fs.ls(directory, detail=False)
     except FileNotFoundError:
         return {}
-    manifests: dict[str, set[str]] = {}
+    manifests: dict[str, ManifestListing] = {}
     for manifest in entries:
         if not manifest.endswith(".json"):
             continue
         if known(manifest):
-            manifests[manifest] = set()
+            manifests[manifest] = ManifestListing()
             continue
         try:
-            with fs.open(manifest, "rb") as src:
-                manifests[manifest] = set(json.loads(src.read())["files"])
+            manifests[manifest] = read_manifest(location, manifest)
         except FileNotFoundError:
             continue  # removed meanwhile by a concurrent clean-up
-        except (ValueError, KeyError):
-            manifests[manifest] = set()  # unreadable: its files are left to remove_orphan_files
     return manifests

@@ -14,7 +14,7 @@ pyarrow dataset and ``QueryBuilder`` and DuckDB's delta extension:
 * ``minValues`` and ``maxValues`` name the same columns: deltalake reads a bound missing on one
   side as null and then skips the file. Where a bound cannot be stated (NaN in the column,
   infinities, a date or timestamp outside years 1 to 9999, no footer bounds, a float column
-  when nothing was observed), both objects are left out for the file, as readers treat a file
+  whose NaN cannot be seen), both objects are left out for the file, as readers treat a file
   without bounds as "scan it"; binary columns, arrays and maps never get bounds;
 * strings longer than 32 characters are bounded by a prefix (min) and a prefix plus a
   tie-breaker character (max), as delta-spark does, so selective filters still skip;
@@ -148,6 +148,12 @@ class FileStatsCollector:
 
     # -- bounds -----------------------------------------------------------------------------
 
+    def _nan_visible(self, footer: pq.FileMetaData) -> bool:
+        """Whether NaN in a float column is known: observed, or shown by the footer's bounds.
+        parquet-java (Spark's writer) orders NaN above every number, so its max is NaN when
+        one is present; Arrow's writer leaves NaN out of its bounds."""
+        return self._null_counts is not None or (footer.created_by or "").startswith("parquet-mr")
+
     def _bounds(self, footer: pq.FileMetaData) -> tuple[dict[str, Any], dict[str, Any]] | None:
         mins: dict[str, Any] = {}
         maxs: dict[str, Any] = {}
@@ -155,8 +161,8 @@ class FileStatsCollector:
             for index, leaf in enumerate(self._leaves):
                 if not leaf.bounded:
                     continue
-                if pa.types.is_floating(leaf.arrow_type) and self._null_counts is None:
-                    raise _Unknown  # footer bounds leave NaN out, and nothing was observed
+                if pa.types.is_floating(leaf.arrow_type) and not self._nan_visible(footer):
+                    raise _Unknown
                 bound = _leaf_bounds(footer, index, leaf.arrow_type)
                 if bound is not None:
                     _nest(mins, leaf.path, bound[0])
@@ -212,7 +218,10 @@ def _raw_bound(stats: pq.Statistics, t: pa.DataType, side: str) -> Any:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         raw = getattr(stats, f"{side}_raw")
         return raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    return getattr(stats, side)
+    value = getattr(stats, side)
+    if isinstance(value, float) and math.isnan(value):
+        raise _Unknown  # checked per row group: NaN would vanish from comparisons
+    return value
 
 
 def _json_bound(value: Any, t: pa.DataType, is_max: bool) -> Any:

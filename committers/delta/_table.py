@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -14,7 +15,7 @@ from urllib.parse import unquote
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from committers.delta._staging import STAGING_DIR
+from committers.delta._staging import STAGING_DIR, read_manifest
 from committers.delta._storage import TableLocation
 from framework.errors import (
     ConfigurationError,
@@ -55,8 +56,25 @@ def _is_empty_or_missing(location: TableLocation) -> bool:
         return True
     except OSError as err:  # e.g. a parent is a file
         raise _not_writable(location, err) from err
+    names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries}
     ignorable = {STAGING_DIR, "_delta_log"}
-    return all(entry.rstrip("/").rsplit("/", 1)[-1] in ignorable for entry in entries)
+    if STAGING_DIR in names and not names <= ignorable:
+        # A first write that died before its commit left staged files; its manifests name
+        # them, and the first commit's clean-up deletes them.
+        ignorable |= _staged_top_level_names(location)
+    return names <= ignorable
+
+
+def _staged_top_level_names(location: TableLocation) -> set[str]:
+    """First path segments of everything the staging manifests under the root name."""
+    fs = location.filesystem()
+    names: set[str] = set()
+    for manifest in fs.find(location.path(STAGING_DIR)):
+        if manifest.endswith(".json"):
+            with contextlib.suppress(FileNotFoundError):
+                listing = read_manifest(location, manifest)
+                names |= {path.split("/", 1)[0] for path in listing.files | listing.directories}
+    return names
 
 
 def open_table(location: TableLocation) -> DeltaTable | None:
@@ -238,7 +256,9 @@ def remove_orphan_files(
         top = relative.split("/", 1)[0]
         if top == STAGING_DIR:
             if _mtime(info) > cutoff and relative.endswith(".json"):
-                referenced |= _listed_in_manifest(fs, full)  # a writer may still commit these
+                # a writer may still commit these
+                with contextlib.suppress(FileNotFoundError):
+                    referenced |= read_manifest(location, full).files
             elif _mtime(info) <= cutoff:
                 candidates[relative] = full
             continue
@@ -251,14 +271,6 @@ def remove_orphan_files(
         for relative in removed:
             fs.rm(candidates[relative])
     return removed
-
-
-def _listed_in_manifest(fs: Any, manifest: str) -> set[str]:
-    try:
-        with fs.open(manifest, "rb") as src:
-            return set(json.loads(src.read())["files"])
-    except (FileNotFoundError, ValueError, KeyError):
-        return set()
 
 
 def _mtime(info: Mapping[str, Any]) -> float:

@@ -78,7 +78,7 @@ class CrashingFirstAttemptSink(DeltaSink):
     """A DeltaSink whose task for partition 0 dies after staging, on its first attempt."""
 
     def __init__(self, *args, crash_record: str, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, staging="arrow", **kwargs)  # the crash is in Python writers
         self.crash_record = crash_record
 
     def create_writer(self, context):

@@ -14,6 +14,8 @@ import signal
 import sys
 from pathlib import Path
 
+STAGING_VARIABLE = "DELTA_SINK_TEST_STAGING"  # set by the each_staging fixture
+
 
 def run_job(
     source: str,
@@ -54,7 +56,11 @@ def run_job(
     spark.sparkContext.setLogLevel("ERROR")
     sink = TwoPhaseSink(
         DeltaSink(
-            table, app_id="killed-driver", partition_by=["day"], storage_options=storage_options
+            table,
+            app_id="killed-driver",
+            partition_by=["day"],
+            storage_options=storage_options,
+            staging=os.environ.get(STAGING_VARIABLE, "auto"),  # type: ignore[arg-type]
         )
     )
     run_available_now(sink, file_stream(spark, Path(source)), Path(checkpoint))
@@ -70,5 +76,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    os._exit(0)  # deltalake's runtime can abort at interpreter exit; the work is done

@@ -33,7 +33,7 @@ from committers.tests._spark_helpers import (
 from framework import TwoPhaseSink
 from framework.errors import CheckpointResetError
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("each_staging")]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -38,6 +38,7 @@ from deltalake import DeltaTable, QueryBuilder
 from committers.delta import DeltaSink
 from committers.tests._delta_helpers import epoch, stage
 from committers.tests._readers import duckdb_with_delta
+from framework import TwoPhaseSink
 
 SEED = int(os.environ.get("STATS_PROPERTY_SEED", "20261122"))
 TABLES = int(os.environ.get("STATS_PROPERTY_TABLES", "1"))
@@ -168,9 +169,26 @@ def _file(rng: random.Random, first_id: int, rows: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _write_table(root: Path, rng: random.Random) -> tuple[str, pa.Table]:
+def _write_table(root: Path, rng: random.Random, spark: Any) -> tuple[str, pa.Table]:
+    """A table of FILES batches, staged by the sink's Arrow writer, or (``spark`` given) by
+    Spark's Parquet writer, whose footers are all the stats come from."""
     uri = str(root / "t")
     batches = [_file(rng, n * 1000, rng.randint(1, 30)) for n in range(FILES)]
+    if spark is not None:
+        from pyspark.sql.types import StructField, StructType, TimestampNTZType
+
+        inferred = spark.createDataFrame(pa.Table.from_batches(batches[:1])).schema
+        schema = StructType(  # Spark infers TIMESTAMP for Arrow's zone-less timestamps
+            [
+                StructField(f.name, TimestampNTZType(), f.nullable) if f.name == "ntz" else f
+                for f in inferred.fields
+            ]
+        )
+        for n, data in enumerate(batches):
+            df = spark.createDataFrame(pa.Table.from_batches([data]), schema=schema).coalesce(1)
+            sink = TwoPhaseSink(DeltaSink(uri, app_id="stats", staging="spark"))
+            sink.write(df, epoch_id=n)
+        return uri, pa.Table.from_batches(batches)
     sink = DeltaSink(uri, app_id="stats")
     sink.prepare(batches[0].schema)
     committer = sink.create_global_committer()
@@ -354,10 +372,12 @@ def _pyarrow_nan_bug(op: str, v: Any) -> bool:
     return isinstance(v, float) and v != v and op in ("<", "<=", ">", ">=")
 
 
+@pytest.mark.parametrize("staging", ["arrow", pytest.param("spark", marks=pytest.mark.spark)])
 @pytest.mark.parametrize("round_", range(TABLES))
-def test_no_reader_answers_differently_because_of_the_stats(tmp_path, round_):
+def test_no_reader_answers_differently_because_of_the_stats(request, tmp_path, round_, staging):
     rng = random.Random(SEED * 1000 + round_)
-    uri, data = _write_table(tmp_path, rng)
+    spark = request.getfixturevalue("spark") if staging == "spark" else None
+    uri, data = _write_table(tmp_path, rng, spark)
     twin = _stats_free_twin(uri, tmp_path)
     with_stats, without = DeltaTable(uri), DeltaTable(twin)
     bounded = [a for a in _adds(uri) if "minValues" in json.loads(a["stats"])]

@@ -19,7 +19,7 @@ from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink
 from framework.errors import ConstraintViolationError, InvalidSchemaError, SinkError
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("each_staging")]
 
 UTC = datetime.timezone.utc
 

@@ -28,6 +28,7 @@ from framework.spark._errors import (
     translate_task_error,
 )
 from framework.spark._metrics import BatchMetrics
+from framework.spark._native import StagesWithSpark
 from framework.spark._plan import apply_input_plan
 from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function, positional_names
 
@@ -366,6 +367,9 @@ class TwoPhaseSink:
         plan = self.sink.input_plan()
         if plan is not None:
             df = apply_input_plan(df, plan)
+        stager = self.sink.spark_stager(df) if isinstance(self.sink, StagesWithSpark) else None
+        if stager is not None:
+            return stager.stage(df, epoch)
         names = df.columns
         task = make_task_function(self.sink, epoch, names)
         staged = df.toDF(*positional_names(len(names))).mapInArrow(task, TASK_RESULT_SCHEMA)

@@ -1,0 +1,188 @@
+"""``staging="spark"``: Spark's own Parquet writer stages the batch; the driver reads footers.
+
+Rows never cross into a Python worker. For each run of a batch:
+
+1. the driver writes a manifest naming the run's directory, ``<table>/batch-<epoch>-<run id>/``
+   (a name VACUUM of delta-spark and delta-rs considers, unlike ``_`` or ``.`` names);
+2. Spark writes the shaped rows there with ``partitionBy`` (Hive directories, as Delta lays
+   them out), through its commit protocol, which keeps exactly one attempt of every task and
+   drops failed and speculative ones; timestamps are INT64 microseconds, set on a clone of the
+   session so the user's configuration is never touched;
+3. the driver lists the directory once and reads the footers (in a thread pool) into
+   :class:`StagedFile` committables with Delta stats.
+
+A run that does not commit leaves only its directory, which the committer's clean-up deletes
+whole because the manifest names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow.parquet as pq
+
+from committers.delta._committable import StagedFile
+from committers.delta._options import WriterOptions
+from committers.delta._rules import FileLayout
+from committers.delta._staging import epoch_staging_dir, write_manifest
+from committers.delta._stats import FileStatsCollector
+from committers.delta._storage import TableLocation
+from framework.errors import StagingError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from framework.sink import Epoch
+
+__all__ = ["RUN_DIR_PREFIX", "SparkParquetStager", "hadoop_can_write"]
+
+log = logging.getLogger("committers.delta")
+
+RUN_DIR_PREFIX = "batch-"
+_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+_FOOTER_THREADS = 16
+# Hadoop configuration for the write only (DataFrameWriter options reach the job's
+# configuration): no _SUCCESS marker, whose absence nobody here reads.
+_WRITE_OPTIONS = {"mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}
+
+
+def hadoop_can_write(df: DataFrame, uri: str) -> bool:
+    """Whether this process can run Spark's writer for ``df`` (a classic, not a Spark Connect
+    DataFrame) and Spark's Hadoop layer has a FileSystem class for ``uri``'s scheme."""
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        return False
+    scheme = uri.split("://", 1)[0] if "://" in uri else "file"
+    if scheme == "file":
+        return True
+    try:
+        session: Any = df.sparkSession
+        conf = session._jsc.hadoopConfiguration()
+        session._jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+        return True
+    except Exception:  # no JVM (Spark Connect) or no class for the scheme
+        return False
+
+
+def run_directory(epoch: Epoch) -> str:
+    return f"{RUN_DIR_PREFIX}{epoch.epoch_id}-{epoch.run_id}"
+
+
+def spark_manifest_path(epoch: Epoch) -> str:
+    return f"{epoch_staging_dir(epoch)}/{epoch.run_id}-spark.json"
+
+
+class SparkParquetStager:
+    """Stages one batch with ``DataFrame.write.parquet`` (see the module docstring).
+
+    Guarantees: before Spark writes anything, the run's manifest names its directory; the
+    committables describe exactly the files Spark committed. On failure the error propagates
+    and the run's directory is left for the committer's clean-up.
+    """
+
+    def __init__(
+        self,
+        location: TableLocation,
+        layout: FileLayout,
+        options: WriterOptions,
+        bytes_per_row: float | None = None,
+    ):
+        """``bytes_per_row``: the compressed size of a row in the table's files so far, if
+        known; files are then capped at ``target_file_size`` worth of rows."""
+        self._location = location
+        self._layout = layout
+        self._options = options
+        self._bytes_per_row = bytes_per_row
+
+    def stage(self, df: DataFrame, epoch: Epoch) -> tuple[list[StagedFile], int]:
+        directory = run_directory(epoch)
+        write_manifest(self._location, spark_manifest_path(epoch), [], directories=[directory])
+        self._write(df, self._spark_path(directory))
+        # Spark writes an empty file for an empty batch: not worth an add action (the
+        # clean-up deletes it with the rest of the directory's uncommitted files).
+        staged = [f for f in self._read_footers(directory) if f.num_records]
+        return staged, sum(f.num_records for f in staged)
+
+    def _spark_path(self, directory: str) -> str:
+        uri = self._location.uri.rstrip("/")
+        if "://" not in uri:
+            uri = f"file://{uri}"
+        return f"{uri}/{directory}"
+
+    def _write(self, df: DataFrame, path: str) -> None:
+        jdf: Any = df._jdf
+        python_session: Any = df.sparkSession
+        jvm = python_session._jvm
+        # A clone has the user's configuration; ours changes only the clone (two writes at
+        # once in one session, or the user's own writes, never see it).
+        session = jdf.sparkSession().cloneSession()
+        session.conf().set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        plan = jdf.queryExecution().logical()
+        writer = jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, plan).write()
+        columns = self._layout.partition_columns
+        if columns:
+            gateway = python_session.sparkContext._gateway
+            names = gateway.new_array(jvm.java.lang.String, len(columns))
+            for index, name in enumerate(columns):
+                names[index] = name
+            writer = writer.partitionBy(names)
+        for key, value in _WRITE_OPTIONS.items():
+            writer = writer.option(key, value)
+        if self._bytes_per_row:
+            # Spark writes one file per task and partition; it can only roll by row count.
+            rows = max(1, int(self._options.target_file_size / self._bytes_per_row))
+            writer = writer.option("maxRecordsPerFile", str(rows))
+        writer.option("compression", self._options.compression).mode("errorifexists").parquet(path)
+
+    def _read_footers(self, directory: str) -> list[StagedFile]:
+        fs = self._location.filesystem()
+        root = self._location.path().rstrip("/")
+        found = fs.find(self._location.path(directory), detail=True)
+        data: list[tuple[str, int]] = []
+        litter: list[str] = []
+        for full, info in found.items():
+            relative = full[len(root) + 1 :]
+            name = relative.rsplit("/", 1)[-1]
+            inside = relative[len(directory) + 1 :]
+            if inside.startswith(("_", ".")) or name.startswith((".", "_")):
+                litter.append(full)  # Hadoop's .crc checksums, _temporary leftovers
+            elif name.endswith(".parquet"):
+                data.append((relative, int(info["size"])))
+        if litter:
+            fs.rm(litter)
+        with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:
+            return list(pool.map(lambda item: self._staged(fs, directory, *item), data))
+
+    def _staged(self, fs: Any, directory: str, relative: str, size: int) -> StagedFile:
+        try:
+            with fs.open(self._location.path(relative), "rb") as src:
+                footer = pq.read_metadata(src)
+        except OSError as err:
+            raise StagingError(
+                f"cannot read the footer of staged file {relative!r}: {err}"
+            ) from err
+        return StagedFile(
+            path=relative,
+            size=size,
+            partition_values=self._partition_values(directory, relative),
+            num_records=footer.num_rows,
+            stats=FileStatsCollector(self._layout.file_schema).to_json(footer),
+            modification_time=int(time.time() * 1000),
+        )
+
+    def _partition_values(self, directory: str, relative: str) -> dict[str, str | None]:
+        """Partition values from Spark's Hive directories (``name=escaped value``)."""
+        segments = relative[len(directory) + 1 :].split("/")[:-1]
+        values: dict[str, str | None] = {}
+        for segment in segments:
+            name, _, value = segment.partition("=")
+            values[unquote(name)] = None if value == _NULL_PARTITION else unquote(value)
+        if set(values) != set(self._layout.partition_columns):
+            raise StagingError(
+                f"staged file {relative!r} is not under the partition directories "
+                f"{list(self._layout.partition_columns)}"
+            )
+        return values
