@@ -60,7 +60,8 @@ def run(table_root: str, storage_options: dict[str, str] | None, batches: int) -
         sink.prepare(SCHEMA)
         committer = sink.create_global_committer()
         epoch_id = 0
-        while committer.table().version() < history:  # build history: one file per version
+        # build history: one file per version (the first commit creates the table)
+        while (table := committer.table()) is None or table.version() < history:
             ep = Epoch(app_id="bench", epoch_id=epoch_id, writer_identity="w", run_id="r")
             committer.commit([committer.combine(ep, staged_files(sink, ep, 1))])
             committer.clean_up(ep)
