@@ -10,7 +10,7 @@ from committers.tests._delta_helpers import assert_no_orphans, ids
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError, EpochRegressionError
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("each_staging")]
 
 
 def _frame(spark, start: int, stop: int):
