@@ -196,8 +196,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                     raise CommitConflictError(f"{self._location.uri} vanished while committing")
             if self._holds(table, epoch):  # committed before (delta-rs would commit it again)
                 return
-            self._evolve_schema(table)
-            self._check_plan(table, epoch)
+            self._check_plan(self._evolve_schema(table), epoch)
             read_version = table.version()
             table.create_write_transaction(
                 [_add_action(f) for f in committable.files],
@@ -336,9 +335,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         )
         return True
 
-    def _check_plan(self, table: DeltaTable, epoch: Epoch) -> None:
-        """Commit only if the table still asks for exactly what the rows were staged under: a
-        constraint, feature or schema change since staging fails the batch, nothing committed.
+    def _check_plan(self, shape: TableShape, epoch: Epoch) -> None:
+        """Commit only if the table (``shape``, as it is now) still asks for exactly what the
+        rows were staged under: a constraint, feature or schema change since staging fails the
+        batch, nothing committed.
 
         Raises:
             CommitConflictError: the table's rules changed; a restart re-stages the batch under
@@ -346,9 +346,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
                 input can no longer be written at all.
         """
-        current = plan_write(
-            TableShape.of_table(table), self._input_schema, self._schema_mode, self._location.uri
-        )
+        current = plan_write(shape, self._input_schema, self._schema_mode, self._location.uri)
         staged = self._plan
         if (current.input_plan, current.layout) == (staged.input_plan, staged.layout):
             return
@@ -360,8 +358,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             "under the table's current rules."
         )
 
-    def _evolve_schema(self, table: DeltaTable) -> None:
-        """In merge mode, first add the input's new columns to the table.
+    def _evolve_schema(self, table: DeltaTable) -> TableShape:
+        """In merge mode, first add the input's new columns to the table; returns the table's
+        shape after that.
 
         Adding columns is its own metadata-only commit (delta-rs cannot attach a schema change
         to a write transaction). It is idempotent: after a crash the columns exist and are not
@@ -377,6 +376,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             table.alter.add_columns(new_fields)
             table.update_incremental()
             log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
+            return TableShape.of_table(table)
+        return shape
 
     # -- staged files ---------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from committers.delta._delta_schema import (
     walk,
 )
 from committers.delta._protocol import TableFeatures
-from committers.delta._schema import SchemaMode, merge_schemas
+from committers.delta._schema import SchemaMode, merge_schemas, nullable_nested
 from framework.errors import SchemaMismatchError, UnsupportedTypeError
 from framework.sink import InputPlan, PlannedColumn, RowCheck
 
@@ -76,12 +76,10 @@ class TableShape:
 
     @classmethod
     def for_new_table(cls, schema: pa.Schema, partition_by: Sequence[str]) -> TableShape:
-        """The table the sink will create for input ``schema`` (no features, no rules).
-
-        Fields inside structs are nullable whatever the input says, as in tables delta-spark
-        creates from a DataFrame: ``named_struct('x', id)`` must not make ``x`` NOT NULL."""
+        """The table the sink will create for input ``schema`` (no features, no rules; fields
+        nested in structs are nullable, see :func:`nullable_nested`)."""
         schema = pa.schema(
-            [f.with_type(_nullable_inside(f.type)) for f in schema], metadata=schema.metadata
+            [f.with_type(nullable_nested(f.type)) for f in schema], metadata=schema.metadata
         )
         return cls(
             schema=parse_schema(DeltaSchema.from_arrow(schema).to_json()),
@@ -117,17 +115,6 @@ class TableShape:
         if "generatedColumns" not in self.features:
             return frozenset()
         return frozenset(f.name for f in self.schema.fields if f.generation_expression)
-
-
-def _nullable_inside(t: pa.DataType) -> pa.DataType:
-    """``t`` with every field nested in it nullable."""
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_nullable_inside(f.type)).with_nullable(True) for f in t])
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(pa.field("element", _nullable_inside(t.value_type)))
-    if pa.types.is_map(t):
-        return pa.map_(_nullable_inside(t.key_type), _nullable_inside(t.item_type))
-    return t
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ __all__ = [
     "check_partition_columns",
     "merge_schemas",
     "normalize_schema",
+    "nullable_nested",
     "partition_dir",
     "serialize_partition_value",
 ]
@@ -89,15 +90,16 @@ def _type_name(t: pa.DataType) -> str:
     return str(t)
 
 
-def _relaxed(t: pa.DataType) -> pa.DataType:
-    """``t`` with every nested field nullable and canonical child names: NOT NULL is checked
-    on the values, not on the declared types (as Delta does)."""
+def nullable_nested(t: pa.DataType) -> pa.DataType:
+    """``t`` with every field nested in it nullable. Types are compared this way (NOT NULL is
+    checked on the values, as Delta does), and new tables are created this way (as delta-spark
+    creates them from a DataFrame: ``named_struct('x', id)`` does not make ``x`` NOT NULL)."""
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _relaxed(f.type)) for f in t])
+        return pa.struct([f.with_type(nullable_nested(f.type)).with_nullable(True) for f in t])
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(pa.field("element", _relaxed(t.value_type)))
+        return pa.list_(pa.field("element", nullable_nested(t.value_type)))
     if pa.types.is_map(t):
-        return pa.map_(_relaxed(t.key_type), pa.field("value", _relaxed(t.item_type)))
+        return pa.map_(nullable_nested(t.key_type), pa.field("value", nullable_nested(t.item_type)))
     return t
 
 
@@ -125,7 +127,7 @@ def merge_schemas(
         if existing is None:
             if mode != "merge":
                 problems.append(f"column {name!r} ({_type_name(f.type)}) is not in the table")
-        elif _relaxed(existing.type) != _relaxed(f.type):
+        elif nullable_nested(existing.type) != nullable_nested(f.type):
             problems.append(
                 f"column {name!r} is {_type_name(f.type)} in the input but "
                 f"{_type_name(existing.type)} in the table"

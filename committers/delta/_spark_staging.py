@@ -17,7 +17,6 @@ whole because the manifest names it.
 
 from __future__ import annotations
 
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ from committers.delta._staging import epoch_staging_dir, write_manifest
 from committers.delta._stats import FileStatsCollector
 from committers.delta._storage import TableLocation
 from framework.errors import StagingError
+from framework.spark._native import is_connect_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from framework.sink import Epoch
 
 __all__ = ["RUN_DIR_PREFIX", "SparkParquetStager", "hadoop_can_write"]
-
-log = logging.getLogger("committers.delta")
 
 RUN_DIR_PREFIX = "batch-"
 _NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -53,7 +51,7 @@ _WRITE_OPTIONS = {"mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}
 def hadoop_can_write(df: DataFrame, uri: str) -> bool:
     """Whether this process can run Spark's writer for ``df`` (a classic, not a Spark Connect
     DataFrame) and Spark's Hadoop layer has a FileSystem class for ``uri``'s scheme."""
-    if type(df).__module__.startswith("pyspark.sql.connect"):
+    if is_connect_dataframe(df):
         return False
     scheme = uri.split("://", 1)[0] if "://" in uri else "file"
     if scheme == "file":
@@ -139,12 +137,11 @@ class SparkParquetStager:
 
     def _read_footers(self, directory: str) -> list[StagedFile]:
         fs = self._location.filesystem()
-        root = self._location.path().rstrip("/")
         found = fs.find(self._location.path(directory), detail=True)
         data: list[tuple[str, int]] = []
         litter: list[str] = []
         for full, info in found.items():
-            relative = full[len(root) + 1 :]
+            relative = self._location.relative(full)
             name = relative.rsplit("/", 1)[-1]
             inside = relative[len(directory) + 1 :]
             if inside.startswith(("_", ".")) or name.startswith((".", "_")):

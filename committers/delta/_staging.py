@@ -126,11 +126,8 @@ def read_manifest(location: TableLocation, manifest: str) -> ManifestListing:
         listing = ManifestListing(set(content["files"]), set(content.get("directories", ())))
     except (ValueError, KeyError, TypeError):
         return ManifestListing()
-    root = location.path().rstrip("/")
     for directory in listing.directories:
-        for found in fs.find(location.path(directory)):
-            if found.startswith(root + "/"):
-                listing.files.add(found[len(root) + 1 :])
+        listing.files.update(map(location.relative, fs.find(location.path(directory))))
     return listing
 
 

@@ -28,7 +28,7 @@ import datetime
 import decimal
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,9 +131,9 @@ class FileStatsCollector:
     # -- null counts -----------------------------------------------------------------------
 
     def _null_count_object(self, footer: pq.FileMetaData) -> dict[str, Any]:
-        counts: dict[tuple[str, ...], int | None]
+        counts: Mapping[tuple[str, ...], int | None]
         if self._null_counts is not None:
-            counts = dict(self._null_counts)
+            counts = self._null_counts
         else:  # nothing observed: from the footer, which cannot count null arrays or maps
             counts = {
                 leaf.path: _footer_null_count(footer, index)
@@ -228,7 +228,7 @@ def _json_bound(value: Any, t: pa.DataType, is_max: bool) -> Any:
     if pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_decimal(t):
         return value
     if pa.types.is_floating(t):
-        if math.isinf(value) or math.isnan(value):
+        if math.isinf(value):  # (NaN never gets here: see _raw_bound)
             raise _Unknown
         if value == 0.0:  # Parquet may state either zero; -0.0 and 0.0 hold both
             return 0.0 if is_max else -0.0

@@ -525,6 +525,12 @@ class TableLocation:
         root = self.uri.split("://", 1)[1] if "://" in self.uri else self.uri
         return f"{root}/{relative}" if relative else root
 
+    def relative(self, path: str) -> str:
+        """``path`` (an fsspec path, as listings return them) relative to the table root;
+        unchanged if it is not under the root."""
+        root = self.path().rstrip("/") + "/"
+        return path[len(root) :] if path.startswith(root) else path
+
     def __repr__(self) -> str:  # never print credentials
         return f"TableLocation({self.uri!r}, storage_options={self.redacted_options()!r})"
 

@@ -247,12 +247,11 @@ def remove_orphan_files(
             "of an engine that supports them."
         )
     fs = location.filesystem()
-    root = location.path().rstrip("/")
     referenced = _referenced_paths(location)
     cutoff = time.time() - retention_seconds
     candidates: dict[str, str] = {}  # relative -> full path
-    for full, info in fs.find(root, detail=True).items():
-        relative = full[len(root) + 1 :] if full.startswith(root + "/") else full
+    for full, info in fs.find(location.path(), detail=True).items():
+        relative = location.relative(full)
         top = relative.split("/", 1)[0]
         if top == STAGING_DIR:
             if _mtime(info) > cutoff and relative.endswith(".json"):

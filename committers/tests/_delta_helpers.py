@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections import Counter
@@ -78,3 +79,10 @@ def assert_no_orphans(table_uri: str) -> None:
 def batch(ids_, **columns) -> pa.RecordBatch:
     data = {"id": pa.array(ids_, pa.int64()), **columns}
     return pa.RecordBatch.from_pydict(data)
+
+
+def file_stats(table_uri: str) -> list[dict]:
+    """The parsed ``stats`` of every add action in a local table's log, oldest commit first."""
+    commits = sorted((Path(table_uri) / "_delta_log").glob("*.json"))
+    actions = [json.loads(line) for path in commits for line in path.read_text().splitlines()]
+    return [json.loads(a["add"]["stats"]) for a in actions if "add" in a]

@@ -4,7 +4,6 @@ Python writers (the shared scenarios run under both strategies through ``each_st
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
     committed_files,
+    file_stats,
     ids,
     staging_leftovers,
 )
@@ -209,7 +209,7 @@ def test_both_strategies_write_tables_that_read_identically(spark, tmp_path):
 
     assert rows(tables["spark"]) == rows(tables["arrow"])
     for staging, table in tables.items():
-        for stats in _stats(table):
+        for stats in file_stats(table):
             assert stats["numRecords"] > 0
             # NaN, binary, arrays: only exact bounds; pre-1970 dates and timestamps spelled
             if "minValues" in stats:
@@ -218,13 +218,7 @@ def test_both_strategies_write_tables_that_read_identically(spark, tmp_path):
                 assert "b" not in stats["minValues"] and "arr" not in stats["minValues"]
                 assert stats["maxValues"]["s"].endswith("\U0010ffff"), staging
     # the NaN row's file has no bounds under either strategy
-    assert any("minValues" not in s for s in _stats(tables["spark"]))
-
-
-def _stats(table: str) -> list[dict]:
-    log = sorted((Path(table) / "_delta_log").glob("*.json"))
-    actions = [json.loads(line) for path in log for line in path.read_text().splitlines()]
-    return [json.loads(a["add"]["stats"]) for a in actions if "add" in a]
+    assert any("minValues" not in s for s in file_stats(tables["spark"]))
 
 
 def test_remove_orphan_files_spares_a_live_run_directory(spark, tmp_path):
@@ -257,14 +251,14 @@ def test_files_roll_toward_the_target_size_once_the_row_size_is_known(spark, tmp
     table = str(tmp_path / "t")
     df = spark.range(0, 20000, numPartitions=2).selectExpr("id", "uuid() AS s")
     _write(table, df, app_id="roll", staging="spark")  # a new table: one file per task
-    first = _stats(table)
+    first = file_stats(table)
     assert len(first) == 2
     bytes_per_row = sum((Path(table) / p).stat().st_size for p in committed_files(table)) / sum(
         s["numRecords"] for s in first
     )
     target = 64 * 1024
     _write(table, df, app_id="roll", staging="spark", target_file_size=target)
-    second = _stats(table)[len(first) :]
+    second = file_stats(table)[len(first) :]
     cap = int(target / bytes_per_row)
     assert len(second) > 2 and all(s["numRecords"] <= cap for s in second)
     assert sum(s["numRecords"] for s in second) == 20000

@@ -36,7 +36,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder
 
 from committers.delta import DeltaSink
-from committers.tests._delta_helpers import epoch, stage
+from committers.tests._delta_helpers import epoch, file_stats, stage
 from committers.tests._readers import duckdb_with_delta
 from framework import TwoPhaseSink
 
@@ -209,14 +209,6 @@ def _stats_free_twin(uri: str, root: Path) -> str:
     return str(twin)
 
 
-def _adds(uri: str) -> list[dict]:
-    log = Path(uri) / "_delta_log"
-    lines = (
-        line for commit in sorted(log.glob("*.json")) for line in commit.read_text().splitlines()
-    )
-    return [action["add"] for action in map(json.loads, lines) if "add" in action]
-
-
 # -- predicates ------------------------------------------------------------------------------
 
 
@@ -380,7 +372,7 @@ def test_no_reader_answers_differently_because_of_the_stats(request, tmp_path, r
     uri, data = _write_table(tmp_path, rng, spark)
     twin = _stats_free_twin(uri, tmp_path)
     with_stats, without = DeltaTable(uri), DeltaTable(twin)
-    bounded = [a for a in _adds(uri) if "minValues" in json.loads(a["stats"])]
+    bounded = [stats for stats in file_stats(uri) if "minValues" in stats]
     assert bounded, "no file has bounds: nothing would be tested"
     datasets = (with_stats.to_pyarrow_dataset(), without.to_pyarrow_dataset())
     builders = tuple(QueryBuilder().register("t", t) for t in (with_stats, without))

@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 
     from framework.sink import Epoch
 
-__all__ = ["SparkStager", "StagesWithSpark"]
+__all__ = ["SparkStager", "StagesWithSpark", "is_connect_dataframe"]
+
+
+def is_connect_dataframe(df: Any) -> bool:
+    """Whether ``df`` belongs to a Spark Connect client (no JVM in this process)."""
+    return type(df).__module__.startswith("pyspark.sql.connect")
 
 
 class SparkStager(Protocol):

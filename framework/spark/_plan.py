@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from framework.sink import InputPlan, RowCheck, sql_string
+from framework.spark._native import is_connect_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -49,7 +50,7 @@ def guarded(expression: str, checks: tuple[RowCheck, ...]) -> str:
 
 def apply_input_plan(df: DataFrame, plan: InputPlan) -> DataFrame:
     """The DataFrame the sink's writers receive: ``plan.output`` computed from ``df``."""
-    if type(df).__module__.startswith("pyspark.sql.connect"):
+    if is_connect_dataframe(df):
         # pyspark.sql.functions builds Connect columns only in a Connect-mode process; a
         # process holding a classic and a Connect session needs the Connect module itself.
         from pyspark.sql.connect import functions as F
