@@ -29,7 +29,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from committers.delta._committable import DeltaCommittable, StagedFile
 from committers.delta._retry import Backoff, commit_with_reconciliation
-from committers.delta._rules import TableShape, WritePlan, plan_write
+from committers.delta._rules import TableShape, WritePlan, new_table_schema, plan_write
 from committers.delta._schema import SchemaMode, merge_schemas
 from committers.delta._staging import (
     STAGING_DIR,
@@ -315,7 +315,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         try:
             create_table_with_add_actions(
                 self._location.uri,
-                DeltaSchema.from_arrow(self._input_schema),  # the schema the plan was made for
+                DeltaSchema.from_arrow(new_table_schema(self._input_schema)),  # as planned
                 [_add_action(f) for f in committable.files],
                 mode="error",
                 partition_by=list(shape.partition_by) or None,

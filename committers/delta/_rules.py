@@ -41,7 +41,7 @@ from committers.delta._schema import SchemaMode, merge_schemas, nullable_nested
 from framework.errors import SchemaMismatchError, UnsupportedTypeError
 from framework.sink import InputPlan, PlannedColumn, RowCheck
 
-__all__ = ["FileLayout", "TableShape", "WritePlan", "plan_write"]
+__all__ = ["FileLayout", "TableShape", "WritePlan", "new_table_schema", "plan_write"]
 
 CONSTRAINT_PREFIX = "delta.constraints."
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
@@ -76,13 +76,9 @@ class TableShape:
 
     @classmethod
     def for_new_table(cls, schema: pa.Schema, partition_by: Sequence[str]) -> TableShape:
-        """The table the sink will create for input ``schema`` (no features, no rules; fields
-        nested in structs are nullable, see :func:`nullable_nested`)."""
-        schema = pa.schema(
-            [f.with_type(nullable_nested(f.type)) for f in schema], metadata=schema.metadata
-        )
+        """The table the sink will create for input ``schema`` (no features, no rules)."""
         return cls(
-            schema=parse_schema(DeltaSchema.from_arrow(schema).to_json()),
+            schema=parse_schema(DeltaSchema.from_arrow(new_table_schema(schema)).to_json()),
             partition_by=tuple(partition_by),
             features=TableFeatures.of(2, None),
             configuration=(),
@@ -115,6 +111,15 @@ class TableShape:
         if "generatedColumns" not in self.features:
             return frozenset()
         return frozenset(f.name for f in self.schema.fields if f.generation_expression)
+
+
+def new_table_schema(input_schema: pa.Schema) -> pa.Schema:
+    """The schema of a table the sink creates for ``input_schema``: fields nested in structs
+    are nullable (see :func:`nullable_nested`)."""
+    return pa.schema(
+        [f.with_type(nullable_nested(f.type)) for f in input_schema],
+        metadata=input_schema.metadata,
+    )
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ Python writers (the shared scenarios run under both strategies through ``each_st
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import threading
 from pathlib import Path
@@ -262,3 +263,16 @@ def test_files_roll_toward_the_target_size_once_the_row_size_is_known(spark, tmp
     cap = int(target / bytes_per_row)
     assert len(second) > 2 and all(s["numRecords"] <= cap for s in second)
     assert sum(s["numRecords"] for s in second) == 20000
+
+
+def test_a_table_created_from_structs_of_non_null_values_keeps_spark_staging(spark, tmp_path):
+    """``named_struct('x', id)`` has a NOT NULL field; the table created for it has a
+    nullable one (as delta-spark creates it, and as the sink planned it), so later batches
+    still stage with Spark's writer."""
+    table = str(tmp_path / "t")
+    df = spark.sql("SELECT id, named_struct('x', id) AS s FROM range(3)")
+    _write(table, df, app_id="structs", staging="spark")
+    (field,) = json.loads(DeltaTable(table).schema().to_json())["fields"][1]["type"]["fields"]
+    assert field["nullable"] is True
+    _write(table, df, app_id="structs", staging="spark")
+    assert ids(table) == [0, 0, 1, 1, 2, 2]
