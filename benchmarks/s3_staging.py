@@ -6,8 +6,8 @@ The S3 server is the integration suite's (``integration_tests/_s3server.py``): a
 local SeaweedFS on 127.0.0.1. Each repeat (after one warm-up of both):
 
 1. ``sink.write(df)`` into a fresh table (self-test cached, so: Spark job, Parquet encoding,
-   staging through s3fs from the Spark tasks, one Delta commit, clean-up); bytes = the Parquet
-   bytes it staged;
+   multipart uploads from the Spark tasks through the async writer, one Delta commit,
+   clean-up); bytes = the Parquet bytes it staged;
 2. the very same Parquet files (read into memory beforehand, not timed) uploaded with the same
    s3fs options from this process: ``fs.pipe({path: bytes, ...})``, s3fs's own concurrent batch
    upload, and, for reference, one ``fs.pipe_file`` after another.

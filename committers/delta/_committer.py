@@ -48,6 +48,7 @@ from committers.delta._table import (
     added_paths,
     find_commit,
 )
+from committers.delta._upload import abort_incomplete_uploads
 from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -424,6 +425,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         orphans = set().union(*(m.files for m in manifests.values())) - committed_files
         fs = self._location.filesystem()
         _delete(fs, [self._location.path(relative) for relative in sorted(orphans)])
+        abort_incomplete_uploads(self._location, orphans)  # of attempts killed mid-upload
         for directory in set().union(*(m.directories for m in manifests.values())):
             _remove_empty_directories(self._location, directory)
         _delete(fs, sorted(manifests))

@@ -20,6 +20,8 @@ from committers.delta._options import (
     DEFAULT_ROW_GROUP_BYTES,
     DEFAULT_ROW_GROUP_ROWS,
     DEFAULT_TARGET_FILE_SIZE,
+    DEFAULT_UPLOAD_CONCURRENCY,
+    DEFAULT_UPLOAD_PART_SIZE,
     WriterOptions,
 )
 from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
@@ -84,6 +86,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             columns are added to the table).
         target_file_size, row_group_bytes, row_group_rows, max_open_files, compression:
             shape of staged Parquet files (see ``WriterOptions``).
+        upload_part_size, upload_concurrency: S3 uploads of the ``"arrow"`` staging: bytes
+            per multipart part (5 MiB to 5 GiB) and parts in flight per task.
         table_configuration: Delta table properties used when the sink creates the table
             (column mapping excluded: create such tables first, the sink writes into them).
         staging: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer (rows
@@ -113,6 +117,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         compression: str = DEFAULT_COMPRESSION,
+        upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE,
+        upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
         table_configuration: Mapping[str, str] | None = None,
         staging: Staging = "auto",
         unsafe_skip_conditional_put_check: bool = False,
@@ -143,6 +149,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             row_group_rows=row_group_rows,
             max_open_files=max_open_files,
             compression=compression,
+            upload_part_size=upload_part_size,
+            upload_concurrency=upload_concurrency,
         )
         # Delta-Spark's checkpoint interval (delta-rs defaults to 100): shorter log replays keep
         # per-commit cost flat. Only applies to tables this sink creates.

@@ -18,7 +18,7 @@ option                     delta-rs (commits)                   s3fs / botocore 
 ``AWS_PROFILE``            resolved to keys through botocore    ``profile``
 ``connect_timeout``        same (default ``5s``)                ``config_kwargs.connect_timeout``
 ``timeout``                same                                 ``config_kwargs.read_timeout``
-``max_retries``            same                                 botocore ``retries.max_attempts``
+``max_retries``            same                                 botocore ``total_max_attempts``
                                                                 (= max_retries + 1)
 =========================  ===================================  ===============================
 
@@ -497,7 +497,7 @@ class TableLocation:
             "connect_timeout": parse_duration(
                 "connect_timeout", opts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
             ),
-            "retries": {"mode": "standard", "max_attempts": attempts},
+            "retries": {"mode": "standard", "total_max_attempts": attempts},
         }
         if "timeout" in opts:
             config["read_timeout"] = parse_duration("timeout", opts["timeout"])
@@ -511,6 +511,17 @@ class TableLocation:
             config["s3"] = {"addressing_style": "path"}  # what delta-rs uses by default
         kwargs["config_kwargs"] = config
         return kwargs
+
+    def upload_filesystem(self) -> fsspec.AbstractFileSystem:
+        """An S3 filesystem like :meth:`filesystem` but with botocore's retries off: staged
+        uploads are retried and paced by the async writer (``_upload.py``), which has to see
+        every throttling answer."""
+        options = self.fsspec_options()
+        options["config_kwargs"] = {
+            **options["config_kwargs"],
+            "retries": {"mode": "standard", "total_max_attempts": 1},
+        }
+        return fsspec.filesystem("s3", **options)
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem for this location, built in the calling process.

@@ -34,12 +34,11 @@ from committers.delta._schema import partition_dir, serialize_partition_value
 from committers.delta._staging import manifest_path, write_manifest
 from committers.delta._stats import FileStatsCollector
 from committers.delta._storage import TableLocation
+from committers.delta._upload import S3Uploader, UploadStream
 from framework.errors import SchemaMismatchError, StagingError
 from framework.sink import SinkWriter, WriterContext
 
-__all__ = ["UPLOAD_PART_SIZE", "DeltaStagingWriter"]
-
-UPLOAD_PART_SIZE = 8 * 1024 * 1024  # S3's minimum part size is 5 MiB
+__all__ = ["DeltaStagingWriter"]
 
 
 @dataclass
@@ -60,9 +59,10 @@ class _OpenFile:
 class _SerialWorker:
     """Runs jobs in submission order on one background thread, with at most ``depth`` queued.
 
-    Encoding Parquet and uploading it then overlap with receiving the next Arrow batches from
-    Spark. A job's exception is raised on the submitting thread by a later ``submit`` or by
-    ``drain``. ``depth`` bounds the memory held by queued row groups.
+    Encoding Parquet then overlaps with receiving the next Arrow batches from Spark (uploads
+    to S3 overlap with both, through :class:`S3Uploader`). A job's exception is raised on the
+    submitting thread by a later ``submit`` or by ``drain``. ``depth`` bounds the memory held
+    by queued row groups.
     """
 
     def __init__(self, depth: int = 2) -> None:
@@ -125,8 +125,10 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         self._created: list[str] = []
         self._open: dict[tuple[Any, ...], _OpenFile] = {}
         self._opened: list[_OpenFile] = []  # every file ever opened, for abort
-        self._finished: list[StagedFile] = []  # appended by the background thread
+        # Appended by the background thread; an S3 file counts once its upload completed.
+        self._finished: list[tuple[StagedFile, UploadStream | None]] = []
         self._worker = _SerialWorker()
+        self._uploader: S3Uploader | None = None
         self._made_dirs: set[str] = set()
 
     # -- input ---------------------------------------------------------------------------
@@ -231,14 +233,7 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         try:
             # The manifest names the file before the file exists: no file can escape cleanup.
             write_manifest(self._location, self._manifest, self._created)
-            full = self._location.path(relative)
-            parent = full.rsplit("/", 1)[0]
-            if parent not in self._made_dirs:
-                self._fs.makedirs(parent, exist_ok=True)
-                self._made_dirs.add(parent)
-            # Object stores: upload in parts while the file is being written, not all at close.
-            blocks = {} if self._location.is_local else {"block_size": UPLOAD_PART_SIZE}
-            stream = self._fs.open(full, "wb", **blocks)
+            stream = self._open_stream(self._location.path(relative))
             writer = pq.ParquetWriter(
                 stream,
                 self._data_schema,
@@ -252,6 +247,22 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         self._open[key] = opened
         self._opened.append(opened)
         return opened
+
+    def _open_stream(self, full: str) -> Any:
+        if self._location.is_s3:
+            # Uploaded in parts while it is written, through the async writer.
+            if self._uploader is None:
+                self._uploader = S3Uploader(
+                    self._location,
+                    part_size=self._options.upload_part_size,
+                    concurrency=self._options.upload_concurrency,
+                )
+            return self._uploader.open(full)
+        parent = full.rsplit("/", 1)[0]
+        if parent not in self._made_dirs:
+            self._fs.makedirs(parent, exist_ok=True)
+            self._made_dirs.add(parent)
+        return self._fs.open(full, "wb")
 
     def _flush_row_group(self, current: _OpenFile) -> None:
         """Hand the buffered rows of ``current`` to the background thread as one row group."""
@@ -286,17 +297,17 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         except OSError as err:
             raise StagingError(f"closing {current.relative_path!r} failed: {err}") from err
         metadata = current.writer.writer.metadata
-        self._finished.append(
-            StagedFile(
-                path=current.relative_path,
-                size=size,
-                partition_values=current.partition_values,
-                num_records=metadata.num_rows,
-                stats=current.stats.to_json(metadata),
-                modification_time=int(time.time() * 1000),
-                task_attempt_id=self._context.task_attempt_id,
-            )
+        upload = current.stream if isinstance(current.stream, UploadStream) else None
+        staged = StagedFile(
+            path=current.relative_path,
+            size=size,
+            partition_values=current.partition_values,
+            num_records=metadata.num_rows,
+            stats=current.stats.to_json(metadata),
+            modification_time=int(time.time() * 1000),
+            task_attempt_id=self._context.task_attempt_id,
         )
+        self._finished.append((staged, upload))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -305,14 +316,24 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             for key in list(self._open):
                 self._finish(key)
             self._worker.drain()
-        finished, self._finished = self._finished, []
-        return finished
+            if self._uploader is not None:
+                self._uploader.flush()
+        done: list[tuple[StagedFile, UploadStream | None]] = []
+        waiting: list[tuple[StagedFile, UploadStream | None]] = []
+        for staged, upload in self._finished:
+            (done if upload is None or upload.upload.finished else waiting).append((staged, upload))
+        self._finished = waiting
+        return [staged for staged, _ in done]
 
     def close(self) -> None:
         self._worker.shutdown()
+        if self._uploader is not None:
+            self._uploader.close()
 
     def abort(self) -> None:
         self._worker.shutdown()
+        if self._uploader is not None:
+            self._uploader.abort()  # before the writers close: their tails need not go up
         for current in self._opened:
             for closer in (current.writer.close, current.stream.close):
                 with contextlib.suppress(Exception):  # best effort: the manifest names the file

@@ -278,6 +278,8 @@ def test_committable_serializer_round_trip():
         ({"schema_mode": "overwrite"}, "schema_mode"),
         ({"target_file_size": 0}, "target_file_size"),
         ({"compression": "lzma"}, "compression"),
+        ({"upload_part_size": 1024 * 1024}, "between 5 MiB and 5 GiB"),
+        ({"upload_concurrency": 0}, "upload_concurrency"),
     ],
 )
 def test_bad_options_are_rejected_at_construction(tmp_path, kwargs, message):

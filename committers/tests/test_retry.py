@@ -24,6 +24,7 @@ from committers.delta._retry import (
     commit_with_reconciliation,
     retry_call,
 )
+from committers.delta._upload import S3UploadErrorClassifier
 from framework.errors import CommitStateUnknownError, ConcurrentWriterError
 
 
@@ -375,3 +376,25 @@ def test_retryable_commit_error_is_retried_without_reading() -> None:
         table.commit, is_committed=table.is_committed, classify=classify, sleep=t.sleep
     )
     assert result.attempts == 2 and table.reads == 0 and table.commits == 1
+
+
+@pytest.mark.parametrize(
+    ("err", "retryable", "throttled"),
+    [
+        (client_error(503, "SlowDown"), True, True),
+        (client_error(429, "TooManyRequests"), True, True),
+        (client_error(400, "Throttling"), True, True),
+        (client_error(500, "InternalError"), True, False),
+        (ConnectionClosedError(endpoint_url="http://x"), True, False),
+        (TimeoutError(), True, False),  # the async writer's request timeout
+        (client_error(403, "AccessDenied"), False, False),
+        (client_error(404, "NoSuchBucket"), False, False),
+        (ValueError("a bug"), False, False),
+    ],
+)
+def test_upload_classifier_tells_throttling_to_the_rate_limiter(
+    err: BaseException, retryable: bool, throttled: bool
+) -> None:
+    verdict = S3UploadErrorClassifier().classify(err)
+    assert (verdict.retryable, verdict.throttled) == (retryable, throttled)
+    assert not verdict.caused_by_entries  # a refused part is never the data's fault

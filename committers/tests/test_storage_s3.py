@@ -80,7 +80,7 @@ def test_one_set_of_options_reaches_both_sides(clean_aws_env: Path) -> None:
     assert fs["config_kwargs"]["connect_timeout"] == 5.0
     assert fs["config_kwargs"]["retries"] == {
         "mode": "standard",
-        "max_attempts": DEFAULT_S3_MAX_ATTEMPTS,
+        "total_max_attempts": DEFAULT_S3_MAX_ATTEMPTS,
     }
     assert fs["config_kwargs"]["s3"] == {"addressing_style": "path"}
 
@@ -111,7 +111,7 @@ def test_aliases_and_case_are_normalised(clean_aws_env: Path) -> None:
     config = location.fsspec_options()["config_kwargs"]
     assert config["read_timeout"] == 10.0
     assert config["connect_timeout"] == 0.75
-    assert config["retries"]["max_attempts"] == 3
+    assert config["retries"]["total_max_attempts"] == 3  # the first try and 2 retries
 
 
 def test_two_spellings_with_different_values_are_refused() -> None:
