@@ -429,7 +429,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         for directory in set().union(*(m.directories for m in manifests.values())):
             _remove_empty_directories(self._location, directory)
         _delete(fs, sorted(manifests))
-        _remove_empty_parents(self._location, epoch_staging_dir(epoch))
+        _remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
 
     def abort(self, epoch: Epoch) -> None:
         """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
@@ -491,18 +491,17 @@ def _remove_empty_directories(location: TableLocation, relative: str) -> None:
             os.rmdir(directory)  # fails, as it should, while a committed file remains
 
 
-def _remove_empty_parents(location: TableLocation, relative: str) -> None:
-    """Tidy empty staging directories on file systems that have real directories."""
+def _remove_empty_staging_dirs(location: TableLocation, relative: str) -> None:
+    """Remove the staging directory ``relative`` and its parents (below ``_sink_staging``)
+    while they are empty, on file systems that have real directories."""
     if not location.is_local:
         return
-    fs = location.filesystem()
     parts = relative.split("/")
-    while len(parts) > 1:
-        parts.pop()
-        path = location.path("/".join(parts))
+    while len(parts) > 1 and parts[0] == STAGING_DIR:
         try:
-            if "/".join(parts) == STAGING_DIR or fs.ls(path, detail=False):
-                return
-            fs.rmdir(path)
+            os.rmdir(location.path("/".join(parts)))
+        except FileNotFoundError:
+            pass
         except OSError:
-            return
+            return  # not empty: another run or epoch is still staging there
+        parts.pop()
