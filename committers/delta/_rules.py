@@ -18,7 +18,7 @@ commits only if it is unchanged (a constraint added while the batch was staging 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -37,7 +37,12 @@ from committers.delta._delta_schema import (
     walk,
 )
 from committers.delta._protocol import TableFeatures
-from committers.delta._schema import SchemaMode, merge_schemas, nullable_nested
+from committers.delta._schema import (
+    SchemaMode,
+    merge_schemas,
+    nullable_nested,
+    spelled_differently,
+)
 from framework.errors import SchemaMismatchError, UnsupportedTypeError
 from framework.sink import InputPlan, PlannedColumn, RowCheck
 
@@ -114,10 +119,12 @@ class TableShape:
 
 
 def new_table_schema(input_schema: pa.Schema) -> pa.Schema:
-    """The schema of a table the sink creates for ``input_schema``: fields nested in structs
-    are nullable (see :func:`nullable_nested`)."""
+    """The schema of a table the sink creates for ``input_schema``: every column and nested
+    field nullable, as delta-spark creates a table from a DataFrame (``spark.range`` ids are
+    NOT NULL in Spark, and must not make a NOT NULL table by accident). NOT NULL columns come
+    from creating the table first, with a schema that says so."""
     return pa.schema(
-        [f.with_type(nullable_nested(f.type)) for f in input_schema],
+        [f.with_type(nullable_nested(f.type)).with_nullable(True) for f in input_schema],
         metadata=input_schema.metadata,
     )
 
@@ -181,9 +188,13 @@ def plan_write(
             shape.features,
             shape.configuration,
         )
-    given = set(input_schema.names)
+    given = {f.name.lower(): f for f in input_schema}  # names match ignoring case
+    table_types = {f.name: f.type for f in shape.arrow_schema()}
     try:
-        columns = tuple(_defined_column(shape, f, given) for f in shape.schema.fields)
+        columns = tuple(
+            _defined_column(shape, f, given.get(f.name.lower()), table_types[f.name])
+            for f in shape.schema.fields
+        )
         output, layout = _output(shape)
     except ValueError as err:  # a Delta type the sink has no spelling for
         raise UnsupportedTypeError(f"table {table_uri} cannot be written: {err}") from err
@@ -191,10 +202,15 @@ def plan_write(
     return WritePlan(shape, plan, layout)
 
 
-def _defined_column(shape: TableShape, f: DeltaField, given: set[str]) -> PlannedColumn:
-    """The column as the table defines it: the input's, generated, or null."""
-    if f.name in given:
-        expression = quote(f.name)
+def _defined_column(
+    shape: TableShape, f: DeltaField, source: pa.Field | None, table_type: pa.DataType
+) -> PlannedColumn:
+    """The column as the table defines it: the input's (``source``, whatever the case of its
+    name; cast when it spells a nested name differently), generated, or null."""
+    if source is not None:
+        expression = quote(source.name)
+        if spelled_differently(source.type, table_type):
+            expression = f"CAST({expression} AS {spark_type(f.type, physical=False)})"
     elif f.name in shape.generated_columns:
         expression = f"CAST(({f.generation_expression}) AS {spark_type(f.type, physical=False)})"
     else:
@@ -202,7 +218,7 @@ def _defined_column(shape: TableShape, f: DeltaField, given: set[str]) -> Planne
     return PlannedColumn(name=f.name, expression=expression)
 
 
-def _checks(shape: TableShape, given: set[str]) -> list[RowCheck]:
+def _checks(shape: TableShape, given: Mapping[str, pa.Field]) -> list[RowCheck]:
     shown = tuple(
         f.name for f in shape.schema.fields if isinstance(f.type, str) and f.type != "binary"
     )[:_SHOWN_COLUMNS]
@@ -234,7 +250,7 @@ def _checks(shape: TableShape, given: set[str]) -> list[RowCheck]:
                 )
             )
     for f in shape.schema.fields:
-        if f.name in shape.generated_columns and f.name in given:
+        if f.name in shape.generated_columns and f.name.lower() in given:
             expected = f"CAST(({f.generation_expression}) AS {spark_type(f.type, physical=False)})"
             checks.append(
                 RowCheck(

@@ -21,14 +21,10 @@ __all__ = [
     "nullable_nested",
     "partition_dir",
     "serialize_partition_value",
+    "spelled_differently",
 ]
 
 SchemaMode = Literal["strict", "merge"]
-
-_FIX_HINT = (
-    "Cast or select the DataFrame's columns to match the table, write to a new table, "
-    "or pass schema_mode='merge' to add new nullable columns."
-)
 
 
 def _normalize_type(t: pa.DataType) -> pa.DataType:
@@ -87,7 +83,15 @@ def _has_type(t: pa.DataType, predicate: Callable[[pa.DataType], bool]) -> bool:
 
 
 def _type_name(t: pa.DataType) -> str:
-    return str(t)
+    """``t`` in Spark SQL's words (``BIGINT``, ``DECIMAL(10, 2)``), as Delta users know types;
+    in Arrow's when Spark has no spelling for it."""
+    from committers.delta._delta_schema import parse_schema, spark_type
+
+    try:
+        delta = parse_schema(DeltaSchema.from_arrow(pa.schema([pa.field("c", t)])).to_json())
+        return spark_type(delta.fields[0].type, physical=False)
+    except Exception:
+        return str(t)
 
 
 def nullable_nested(t: pa.DataType) -> pa.DataType:
@@ -103,6 +107,39 @@ def nullable_nested(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _folded(t: pa.DataType) -> pa.DataType:
+    """``t`` compared the way Delta compares types: nested fields nullable, names lower-case."""
+    t = nullable_nested(t)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_name(f.name.lower()).with_type(_folded(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(pa.field("element", _folded(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_folded(t.key_type), pa.field("value", _folded(t.item_type)))
+    return t
+
+
+def spelled_differently(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether two types equal under :func:`_folded` spell a nested field name differently
+    (``struct<A: int>`` against ``struct<a: int>``), so the input needs a renaming cast."""
+    return _names(source) != _names(target)
+
+
+def _names(t: pa.DataType) -> tuple[object, ...]:
+    if pa.types.is_struct(t):
+        return tuple((f.name, _names(f.type)) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return (_names(t.value_type),)
+    if pa.types.is_map(t):
+        return (_names(t.key_type), _names(t.item_type))
+    return ()
+
+
+def _cast_hint(name: str, t: pa.DataType) -> str:
+    """How to cast column ``name`` to the Arrow type ``t``, in PySpark."""
+    return f"df.withColumn({name!r}, col({name!r}).cast({_type_name(t)!r}))"
+
+
 def merge_schemas(
     table: pa.Schema,
     incoming: pa.Schema,
@@ -111,38 +148,44 @@ def merge_schemas(
 ) -> pa.Schema:
     """Return the table schema after writing ``incoming`` under ``mode``.
 
-    Both modes: input columns must have the table's types (nullability aside: a NOT NULL
-    column accepts nullable input, whose values are checked per row); a table column absent
-    from the input is written as null if it is nullable, or computed if it is in ``computed``
-    (generated columns). ``merge`` additionally appends new input columns (as nullable).
+    Names match ignoring case, as in Spark and Delta (the table's spelling is kept). Both
+    modes: input columns must have the table's types (nullability aside: a NOT NULL column or
+    nested field accepts nullable input, whose values are checked per row); a table column
+    absent from the input is written as null if it is nullable, or computed if it is in
+    ``computed`` (generated columns). ``merge`` additionally appends new input columns (as
+    nullable, spelled as in the input).
 
     Raises:
-        SchemaMismatchError: listing every difference and how to fix it.
+        SchemaMismatchError: listing every difference, each with what fixes it.
     """
-    table_fields = {f.name: f for f in table}
-    incoming_fields = {f.name: f for f in incoming}
+    table_fields = {f.name.lower(): f for f in table}
+    incoming_fields = {f.name.lower(): f for f in incoming}
     problems: list[str] = []
-    for name, f in incoming_fields.items():
-        existing = table_fields.get(name)
+    for key, f in incoming_fields.items():
+        existing = table_fields.get(key)
         if existing is None:
             if mode != "merge":
-                problems.append(f"column {name!r} ({_type_name(f.type)}) is not in the table")
-        elif nullable_nested(existing.type) != nullable_nested(f.type):
+                problems.append(
+                    f"column {f.name!r} ({_type_name(f.type)}) is not in the table: drop it "
+                    "from the input, or pass schema_mode='merge' to add it to the table"
+                )
+        elif _folded(existing.type) != _folded(f.type):
             problems.append(
-                f"column {name!r} is {_type_name(f.type)} in the input but "
-                f"{_type_name(existing.type)} in the table"
+                f"column {f.name!r} is {_type_name(f.type)} in the input but "
+                f"{_type_name(existing.type)} in the table: cast it, e.g. "
+                f"{_cast_hint(f.name, existing.type)}"
             )
-    for name, f in table_fields.items():
-        if name not in incoming_fields and not f.nullable and name not in computed:
-            problems.append(f"NOT NULL table column {name!r} ({_type_name(f.type)}) is missing")
+    for key, f in table_fields.items():
+        if key not in incoming_fields and not f.nullable and f.name not in computed:
+            problems.append(
+                f"NOT NULL table column {f.name!r} ({_type_name(f.type)}) is missing from the "
+                "input: add it"
+            )
     if problems:
         raise SchemaMismatchError(
-            "the input schema does not match the table schema: "
-            + "; ".join(problems)
-            + ". "
-            + _FIX_HINT
+            "the input does not match the table schema: " + "; ".join(problems) + "."
         )
-    added = [f.with_nullable(True) for n, f in incoming_fields.items() if n not in table_fields]
+    added = [f.with_nullable(True) for key, f in incoming_fields.items() if key not in table_fields]
     return pa.schema(list(table) + added) if added else table
 
 

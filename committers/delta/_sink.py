@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -36,6 +37,7 @@ from committers.delta._spark_staging import SparkParquetStager, hadoop_can_write
 from committers.delta._storage import TableLocation
 from committers.delta._table import open_table, remove_orphan_files
 from committers.delta._writer import DeltaStagingWriter
+from framework._foreign_options import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
 from framework.sink import InputPlan, Sink, WriterContext
 
@@ -67,6 +69,25 @@ def _check_app_id(app_id: str | None) -> None:
         raise ConfigurationError(f"app_id must be a non-empty string or None, got {app_id!r}")
     if any(ord(c) < 32 for c in app_id):
         raise ConfigurationError(f"app_id must not contain control characters: {app_id!r}")
+
+
+#: delta-spark writer options (``.option(name, ...)``) and where their meaning lives here.
+DELTA_SPARK_SPELLINGS = {
+    "mergeSchema": "use schema_mode='merge' to add the input's new columns to the table",
+    "merge_schema": "use schema_mode='merge' to add the input's new columns to the table",
+    "mode": "the sink appends; TwoPhaseSink(...).write(df) for a bounded DataFrame, "
+    "write_stream(df, checkpoint_location=...) for a stream",
+    "options": "pass each option as a keyword argument of DeltaSink, and storage settings as "
+    "storage_options={...} (AWS_ENDPOINT_URL, AWS_REGION, ...)",
+    "partitionBy": "use partition_by=[...]",
+    "path": "the table URI is DeltaSink's first argument, table_uri",
+    "txnAppId": "use app_id=...; the batch id is the txn version",
+    "txnVersion": "the streaming batch id is the txn version; for a bounded write pass "
+    "epoch_id= to TwoPhaseSink(...).write(df, epoch_id=...)",
+    "checkpointLocation": "pass checkpoint_location= to TwoPhaseSink(...).write_stream(df, ...)",
+    "maxRecordsPerFile": "use target_file_size=<bytes> to bound file sizes",
+    "overwriteSchema": "the sink never replaces a table's schema; schema_mode='merge' adds columns",
+}
 
 
 class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
@@ -122,7 +143,11 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         table_configuration: Mapping[str, str] | None = None,
         staging: Staging = "auto",
         unsafe_skip_conditional_put_check: bool = False,
+        **unknown: object,
     ) -> None:
+        refuse_unknown_options(
+            "DeltaSink", unknown, DELTA_SPARK_SPELLINGS, inspect.signature(DeltaSink).parameters
+        )
         if not isinstance(table_uri, str) or not table_uri:
             raise ConfigurationError(f"table_uri must be a non-empty string, got {table_uri!r}")
         _check_app_id(app_id)
@@ -191,11 +216,14 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         table = open_table(self.location)
         self._bytes_per_row = None if table is None else _bytes_per_row(table)
         if table is None:
-            check_partition_columns(schema, self.partition_by)
-            shape = TableShape.for_new_table(schema, self.partition_by)
+            spelled = {name.lower(): name for name in schema.names}  # names match ignoring case
+            partition_by = [spelled.get(name.lower(), name) for name in self.partition_by]
+            check_partition_columns(schema, partition_by)
+            shape = TableShape.for_new_table(schema, partition_by)
         else:
             shape = TableShape.of_table(table)
-            if self.partition_by and list(shape.partition_by) != self.partition_by:
+            table_partitioning = [name.lower() for name in shape.partition_by]
+            if self.partition_by and table_partitioning != [n.lower() for n in self.partition_by]:
                 raise SchemaMismatchError(
                     f"table {self.location.uri} is partitioned by "
                     f"{list(shape.partition_by) or 'nothing'}, but the sink was configured with "

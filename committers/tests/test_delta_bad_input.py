@@ -3,6 +3,7 @@ left behind, and the table stays readable."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -23,14 +24,17 @@ pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("each_staging")]
 
 @pytest.fixture
 def table_with_rows(spark, tmp_path):
-    """A table (id BIGINT NOT NULL, day STRING) holding ids 0..9, partitioned by day."""
+    """A table (id BIGINT NOT NULL, day STRING) holding ids 0..9, partitioned by day. Created
+    first by delta-rs: a table the sink creates has nullable columns, as delta-spark's do."""
     table = str(tmp_path / "table")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("day", pa.string())])
+    DeltaTable.create(table, schema=schema, partition_by=["day"])
     df = spark.range(0, 10).selectExpr("id", "cast(id % 2 as string) as day")
     TwoPhaseSink(DeltaSink(table, app_id="good", partition_by=["day"])).write(df)
     return table
 
 
-def _assert_unchanged(table: str, version: int = 0) -> None:
+def _assert_unchanged(table: str, version: int = 1) -> None:
     assert DeltaTable(table).version() == version
     assert ids(table) == list(range(10))
     assert_no_orphans(table)
@@ -39,7 +43,9 @@ def _assert_unchanged(table: str, version: int = 0) -> None:
 def test_schema_mismatch_fails_before_anything_is_staged(spark, table_with_rows):
     df = spark.range(0, 5).selectExpr("cast(id as string) as id", "cast(id as string) as day")
     sink = TwoPhaseSink(DeltaSink(table_with_rows, app_id="bad", partition_by=["day"]))
-    with pytest.raises(SchemaMismatchError, match="column 'id' is string in the input but int64"):
+    with pytest.raises(
+        SchemaMismatchError, match="column 'id' is STRING in the input but BIGINT in the table"
+    ):
         sink.write(df)
     _assert_unchanged(table_with_rows)
 

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from framework._foreign_options import refuse_unknown_options
 from framework.errors import (
     CheckpointResetError,
     CommitError,
@@ -48,6 +49,16 @@ _DEFAULT_BOUNDED_APP = "bounded"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
+#: DataFrameWriter / DataStreamWriter spellings and what they are here.
+_SPARK_WRITER_SPELLINGS = {
+    "mode": "the sink appends; write(df) runs a bounded DataFrame, write_stream(df, ...) a stream",
+    "outputMode": "the sink appends each micro-batch (output mode 'append')",
+    "output_mode": "the sink appends each micro-batch (output mode 'append')",
+    "options": "destination options belong to the sink (e.g. DeltaSink(..., storage_options=...))",
+    "mergeSchema": "schema evolution is an option of the sink: DeltaSink(..., schema_mode='merge')",
+    "checkpointLocation": "use checkpoint_location=...",
+    "queryName": "use query_name=...",
+}
 _SPARK_ONLY_TYPES = ("VariantType", "CalendarIntervalType", "ObjectType", "NullType")
 
 
@@ -221,6 +232,7 @@ class TwoPhaseSink:
         checkpoint_location: str,
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
+        **unknown: object,
     ) -> StreamingQuery:
         """Start a streaming query that writes ``df`` exactly once; returns the query.
 
@@ -242,6 +254,12 @@ class TwoPhaseSink:
             ConfigurationError: also when this object (its sink) does not pickle; the message
                 names the attribute.
         """
+        refuse_unknown_options(
+            "write_stream",
+            unknown,
+            _SPARK_WRITER_SPELLINGS,
+            ("checkpoint_location", "trigger", "query_name"),
+        )
         if not getattr(df, "isStreaming", False):
             raise ConfigurationError("write_stream needs a streaming DataFrame; use write(df)")
         if not checkpoint_location:
@@ -262,7 +280,9 @@ class TwoPhaseSink:
         self._runs[str(query.runId)] = runner
         return query
 
-    def write(self, df: DataFrame, *, epoch_id: int | None = None) -> BatchMetrics:
+    def write(
+        self, df: DataFrame, *, epoch_id: int | None = None, **unknown: object
+    ) -> BatchMetrics:
         """Write a bounded DataFrame as one commit; returns its metrics.
 
         Args:
@@ -281,6 +301,7 @@ class TwoPhaseSink:
                 file is removed, except for ``CommitStateUnknownError`` (the commit may have
                 landed; re-running with the same ``epoch_id`` reconciles it).
         """
+        refuse_unknown_options("write", unknown, _SPARK_WRITER_SPELLINGS, ("epoch_id",))
         if getattr(df, "isStreaming", False):
             raise ConfigurationError("write needs a bounded DataFrame; use write_stream(df, ...)")
         _check_epoch_id(epoch_id)
