@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from deltalake import Schema as DeltaSchema
 
 __all__ = [
     "ArrayType",
@@ -146,6 +147,11 @@ def parse_schema(schema_json: str) -> StructType:
     if not isinstance(parsed, StructType):
         raise ValueError("a Delta schema is a struct")
     return parsed
+
+
+def parse_arrow_schema(schema: pa.Schema) -> StructType:
+    """The Delta schema delta-rs makes of an Arrow schema."""
+    return parse_schema(DeltaSchema.from_arrow(schema).to_json())
 
 
 def walk(

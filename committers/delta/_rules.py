@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake import Schema as DeltaSchema
 
 from committers.delta._delta_schema import (
     ArrayType,
@@ -31,6 +30,7 @@ from committers.delta._delta_schema import (
     MapType,
     StructType,
     arrow_schema,
+    parse_arrow_schema,
     parse_schema,
     quote,
     spark_type,
@@ -83,7 +83,7 @@ class TableShape:
     def for_new_table(cls, schema: pa.Schema, partition_by: Sequence[str]) -> TableShape:
         """The table the sink will create for input ``schema`` (no features, no rules)."""
         return cls(
-            schema=parse_schema(DeltaSchema.from_arrow(new_table_schema(schema)).to_json()),
+            schema=parse_arrow_schema(new_table_schema(schema)),
             partition_by=tuple(partition_by),
             features=TableFeatures.of(2, None),
             configuration=(),
@@ -181,7 +181,7 @@ def plan_write(
             "from the input."
         )
     if added:
-        new_fields = parse_schema(DeltaSchema.from_arrow(pa.schema(added)).to_json()).fields
+        new_fields = parse_arrow_schema(pa.schema(added)).fields
         shape = TableShape(
             StructType(shape.schema.fields + new_fields),
             shape.partition_by,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from deltalake import Schema as DeltaSchema
 
+from committers.delta._delta_schema import parse_arrow_schema, spark_type
 from framework.errors import InvalidSchemaError, SchemaMismatchError, UnsupportedTypeError
 
 __all__ = [
@@ -85,38 +86,36 @@ def _has_type(t: pa.DataType, predicate: Callable[[pa.DataType], bool]) -> bool:
 def _type_name(t: pa.DataType) -> str:
     """``t`` in Spark SQL's words (``BIGINT``, ``DECIMAL(10, 2)``), as Delta users know types;
     in Arrow's when Spark has no spelling for it."""
-    from committers.delta._delta_schema import parse_schema, spark_type
-
     try:
-        delta = parse_schema(DeltaSchema.from_arrow(pa.schema([pa.field("c", t)])).to_json())
+        delta = parse_arrow_schema(pa.schema([pa.field("c", t)]))
         return spark_type(delta.fields[0].type, physical=False)
     except Exception:
         return str(t)
+
+
+def _map_fields(t: pa.DataType, change: Callable[[pa.Field], pa.Field]) -> pa.DataType:
+    """``t`` with ``change`` applied to every field nested in it (struct fields, list elements,
+    map values), innermost first; lists become plain lists."""
+    if pa.types.is_struct(t):
+        return pa.struct([change(f.with_type(_map_fields(f.type, change))) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(change(pa.field("element", _map_fields(t.value_type, change))))
+    if pa.types.is_map(t):
+        value = change(pa.field("value", _map_fields(t.item_type, change)))
+        return pa.map_(_map_fields(t.key_type, change), value)
+    return t
 
 
 def nullable_nested(t: pa.DataType) -> pa.DataType:
     """``t`` with every field nested in it nullable. Types are compared this way (NOT NULL is
     checked on the values, as Delta does), and new tables are created this way (as delta-spark
     creates them from a DataFrame: ``named_struct('x', id)`` does not make ``x`` NOT NULL)."""
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(nullable_nested(f.type)).with_nullable(True) for f in t])
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(pa.field("element", nullable_nested(t.value_type)))
-    if pa.types.is_map(t):
-        return pa.map_(nullable_nested(t.key_type), pa.field("value", nullable_nested(t.item_type)))
-    return t
+    return _map_fields(t, lambda f: f.with_nullable(True))
 
 
 def _folded(t: pa.DataType) -> pa.DataType:
     """``t`` compared the way Delta compares types: nested fields nullable, names lower-case."""
-    t = nullable_nested(t)
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_name(f.name.lower()).with_type(_folded(f.type)) for f in t])
-    if pa.types.is_list(t):
-        return pa.list_(pa.field("element", _folded(t.value_type)))
-    if pa.types.is_map(t):
-        return pa.map_(_folded(t.key_type), pa.field("value", _folded(t.item_type)))
-    return t
+    return _map_fields(t, lambda f: f.with_name(f.name.lower()).with_nullable(True))
 
 
 def spelled_differently(source: pa.DataType, target: pa.DataType) -> bool:

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from committers.delta._committable import StagedFile
 from committers.delta._options import WriterOptions
 from committers.delta._rules import FileLayout
+from committers.delta._schema import HIVE_NULL
 from committers.delta._staging import epoch_staging_dir, write_manifest
 from committers.delta._stats import FileStatsCollector
 from committers.delta._storage import TableLocation
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["RUN_DIR_PREFIX", "SparkParquetStager", "hadoop_can_write"]
 
 RUN_DIR_PREFIX = "batch-"
-_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _FOOTER_THREADS = 16
 # Hadoop configuration for the write only (DataFrameWriter options reach the job's
 # configuration): no _SUCCESS marker, whose absence nobody here reads.
@@ -176,7 +176,7 @@ class SparkParquetStager:
         values: dict[str, str | None] = {}
         for segment in segments:
             name, _, value = segment.partition("=")
-            values[unquote(name)] = None if value == _NULL_PARTITION else unquote(value)
+            values[unquote(name)] = None if value == HIVE_NULL else unquote(value)
         if set(values) != set(self._layout.partition_columns):
             raise StagingError(
                 f"staged file {relative!r} is not under the partition directories "

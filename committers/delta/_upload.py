@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import fsspec.asyn
+
 from committers.delta._options import MAX_UPLOAD_PART_SIZE
 from committers.delta._retry import STAGING_ERRORS, Verdict
 from committers.delta._storage import TableLocation
@@ -76,7 +78,7 @@ class _Upload:
     bucket: str
     key: str
     upload_id: str | None = None
-    creating: asyncio.Lock | None = None
+    creating: asyncio.Lock = field(default_factory=asyncio.Lock)  # binds to the loop on use
     etags: dict[int, str] = field(default_factory=dict)
     parts: int = 0  # parts handed to the writer so far
     size: int = 0
@@ -150,7 +152,7 @@ class _PartWriter(AsyncSinkWriter[_Request, _Request]):
 
     async def _send(self, entry: _Request) -> None:
         upload = entry.upload
-        s3 = await self._client(upload.bucket)
+        s3 = await _s3_client(self._fs, upload.bucket)
         target = {"Bucket": upload.bucket, "Key": upload.key}
         retried, entry.sent = entry.sent, True
         if entry.kind is _Kind.PUT:
@@ -178,14 +180,8 @@ class _PartWriter(AsyncSinkWriter[_Request, _Request]):
             if upload.stray_upload_ids:
                 await _abort_uploads_of(s3, upload.bucket, upload.key)
 
-    async def _client(self, bucket: str) -> Any:
-        await self._fs.set_session()  # creates the client once, refreshes a closed one
-        return await self._fs.get_s3(bucket)
-
     async def _upload_id(self, s3: Any, upload: _Upload) -> str:
         if upload.upload_id is None:
-            if upload.creating is None:
-                upload.creating = asyncio.Lock()
             async with upload.creating:  # parts in flight together share one upload
                 if upload.upload_id is None:
                     try:
@@ -238,7 +234,7 @@ class _PartWriter(AsyncSinkWriter[_Request, _Request]):
         for upload in uploads:
             if upload.upload_id is not None and not upload.finished:
                 try:
-                    s3 = await self._client(upload.bucket)
+                    s3 = await _s3_client(self._fs, upload.bucket)
                     await s3.abort_multipart_upload(
                         Bucket=upload.bucket, Key=upload.key, UploadId=upload.upload_id
                     )
@@ -268,7 +264,7 @@ class S3Uploader:
         bucket, key = path.split("/", 1)
         upload = _Upload(bucket, key)
         self._uploads.append(upload)
-        return UploadStream(self, upload)
+        return UploadStream(self, upload, self._part_size)
 
     def _run(self, coroutine: Any, what: str) -> Any:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -303,9 +299,6 @@ class S3Uploader:
 
         self._run(closed(), f"uploading {upload.key!r}")
 
-    def is_uploaded(self, stream: UploadStream) -> bool:
-        return stream.upload.finished
-
     def flush(self) -> None:
         """Wait until every closed stream's object is complete.
 
@@ -335,9 +328,10 @@ class S3Uploader:
 class UploadStream:
     """The file object a Parquet writer writes into: bytes are cut into parts as they come."""
 
-    def __init__(self, uploader: S3Uploader, upload: _Upload) -> None:
+    def __init__(self, uploader: S3Uploader, upload: _Upload, part_size: int) -> None:
         self._uploader = uploader
         self.upload = upload
+        self._part_size = part_size
         self._buffer = bytearray()
         self._closed = False
 
@@ -354,7 +348,7 @@ class UploadStream:
         view = memoryview(data)
         self._buffer += view
         self.upload.size += view.nbytes
-        if len(self._buffer) >= self._uploader._part_size:
+        if len(self._buffer) >= self._part_size:
             self.upload.parts += 1
             body, self._buffer = bytes(self._buffer), bytearray()
             self._uploader._submit(_Request(self.upload, _Kind.PART, self.upload.parts, body))
@@ -374,14 +368,36 @@ class UploadStream:
         self._uploader._close(self.upload, tail)
 
 
+async def _s3_client(fs: Any, bucket: str) -> Any:
+    """The aiobotocore client of an s3fs filesystem, on its event loop."""
+    await fs.set_session()  # creates the client once, refreshes a closed one
+    return await fs.get_s3(bucket)
+
+
+async def _abort_incomplete(s3: Any, bucket: str, prefix: str, keys: set[str]) -> int:
+    """Abort every incomplete multipart upload under ``prefix`` whose key is in ``keys``;
+    returns how many."""
+    aborted = 0
+    page = {"Bucket": bucket, "Prefix": prefix}
+    while True:
+        listing = await s3.list_multipart_uploads(**page)
+        for item in listing.get("Uploads", []):
+            if item["Key"] in keys:
+                await s3.abort_multipart_upload(
+                    Bucket=bucket, Key=item["Key"], UploadId=item["UploadId"]
+                )
+                aborted += 1
+        if not listing.get("IsTruncated"):
+            return aborted
+        page["KeyMarker"] = listing["NextKeyMarker"]
+        page["UploadIdMarker"] = listing["NextUploadIdMarker"]
+
+
 async def _abort_uploads_of(s3: Any, bucket: str, key: str) -> None:
     """Abort the incomplete uploads of ``key`` (once its object is complete, any is stray).
     Best effort: what stays is empty and a lifecycle rule removes it."""
     try:
-        listing = await s3.list_multipart_uploads(Bucket=bucket, Prefix=key)
-        for item in listing.get("Uploads", []):
-            if item["Key"] == key:
-                await s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=item["UploadId"])
+        await _abort_incomplete(s3, bucket, key, {key})
     except Exception as err:
         logger.info("could not abort stray uploads of %s: %s", key, err)
 
@@ -399,24 +415,14 @@ def abort_incomplete_uploads(location: TableLocation, relative_paths: Iterable[s
     if not wanted:
         return 0
     fs = location.filesystem()
-    aborted = 0
+
+    async def abort() -> int:
+        s3 = await _s3_client(fs, location.bucket)
+        return await _abort_incomplete(s3, location.bucket, location.key_prefix, wanted)
+
     try:
-        paginator_args = {"Bucket": location.bucket, "Prefix": location.key_prefix}
-        while True:
-            listing = fs.call_s3("list_multipart_uploads", **paginator_args)
-            for item in listing.get("Uploads", []):
-                if item["Key"] in wanted:
-                    fs.call_s3(
-                        "abort_multipart_upload",
-                        Bucket=location.bucket,
-                        Key=item["Key"],
-                        UploadId=item["UploadId"],
-                    )
-                    aborted += 1
-            if not listing.get("IsTruncated"):
-                return aborted
-            paginator_args["KeyMarker"] = listing["NextKeyMarker"]
-            paginator_args["UploadIdMarker"] = listing["NextUploadIdMarker"]
+        aborted: int = fsspec.asyn.sync(fs.loop, abort)
+        return aborted
     except Exception as err:
         logger.warning(
             "could not abort incomplete uploads under %s (%s); a bucket lifecycle rule "
@@ -424,4 +430,4 @@ def abort_incomplete_uploads(location: TableLocation, relative_paths: Iterable[s
             location.uri,
             err,
         )
-        return aborted
+        return 0
