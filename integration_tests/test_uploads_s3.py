@@ -189,6 +189,10 @@ def test_multipart_staging_under_faults_commits_every_row_once(spark, table: S3T
     print(f"fault proxy: {faults} in {requests}")
     assert set(faults) == set(FAULT_KINDS), faults
     assert (metrics.status, metrics.rows) == ("committed", rows)
+    # The tasks' upload counters reach the batch's metrics, summed over both tasks.
+    uploads = metrics.writer_metrics
+    assert uploads["upload_throttled_requests"] == faults["slowdown"]
+    assert uploads["upload_retries"] >= faults["internal"] >= 1
     values = table.ids()
     assert_no_duplicates(values)
     assert values == list(range(rows))

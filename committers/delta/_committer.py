@@ -96,6 +96,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         table_configuration: Mapping[str, str] | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
         log_cleanup_every: int = LOG_CLEANUP_EVERY,
+        user_metadata: str | None = None,
     ) -> None:
         self._location = location
         self._plan = plan
@@ -104,7 +105,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._table_configuration = dict(table_configuration or {})
         self._backoff = backoff
         self._log_cleanup_every = log_cleanup_every
+        self._user_metadata = user_metadata
         self._table: DeltaTable | None = None
+        self._versions: dict[tuple[str, str, int], int] = {}  # table version holding an epoch
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
         # Task attempts of this run whose every file was committed: their manifests need no read.
@@ -190,7 +193,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 table = self.table()
             if table is None:
                 if self._create_with(committable):
-                    self._remember(committable)
+                    self._remember(committable, version=0)
                     return
                 table = self.table()  # created by a concurrent writer: append to it
                 if table is None:
@@ -199,16 +202,19 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 return
             self._check_plan(self._evolve_schema(table), epoch)
             read_version = table.version()
+            # Complete mode: delta-rs's overwrite removes every file of this snapshot.
+            replaced = len(table.file_uris()) if epoch.output_mode == "complete" else 0
             table.create_write_transaction(
                 [_add_action(f) for f in committable.files],
-                mode="append",
+                mode="overwrite" if epoch.output_mode == "complete" else "append",
                 schema=table.schema(),
                 partition_by=list(self._plan.shape.partition_by) or None,
-                commit_properties=_commit_properties(epoch),
+                commit_properties=self._commit_properties(committable, removed_files=replaced),
                 post_commithook_properties=_POST_COMMIT,
             )
-            self._clean_expired_logs(table, committed_version=read_version + 1)
-            self._remember(committable)
+            version = self._version_of_commit(table, read_version, epoch)
+            self._clean_expired_logs(table, committed_version=version or read_version + 1)
+            self._remember(committable, version=version)
 
         try:
             commit_with_reconciliation(
@@ -253,6 +259,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
         if record is not None:
             self._check_same_writer(epoch, record)
+            self._versions[_key(epoch)] = record.version
             if record.run_id == epoch.run_id:
                 self._committed_paths[_key(epoch)] = added_paths(self._location, record.version)
         elif last != epoch.epoch_id:
@@ -301,11 +308,63 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         except (DeltaError, OSError) as err:  # housekeeping only
             log.warning("expired-log cleanup of %s failed: %s", self._location, err)
 
-    def _remember(self, committable: DeltaCommittable) -> None:
-        """What clean-up must keep: the files the commit of this run references."""
+    def _remember(self, committable: DeltaCommittable, version: int | None) -> None:
+        """What clean-up must keep (the files the commit of this run references), and the
+        version that holds the epoch."""
         key = _key(committable.epoch)
         self._committed_paths[key] = {f.path for f in committable.files}
         self._committed_attempts[key] = {f.task_attempt_id for f in committable.files}
+        if version is not None:
+            self._versions[key] = version
+
+    def committed_version(self, epoch: Epoch) -> int | None:
+        return self._versions.get(_key(epoch))
+
+    def _version_of_commit(self, table: DeltaTable, read_version: int, epoch: Epoch) -> int | None:
+        """The version our commit landed at, from the log after ``read_version``: the next
+        version unless delta-rs rebased past concurrent commits (then searched by run id).
+        ``None`` if the log cannot tell (the commit stands either way)."""
+        try:
+            table.update_incremental()
+            if table.version() == read_version + 1:
+                return read_version + 1  # nothing but our commit landed since the read
+            record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
+        except (DeltaError, OSError) as err:  # metrics only
+            log.info("version of batch %s not read back: %s", epoch.epoch_id, err)
+            return None
+        return record.version if record is not None and record.run_id == epoch.run_id else None
+
+    def _commit_properties(
+        self, committable: DeltaCommittable, *, removed_files: int = 0, retries: int | None = None
+    ) -> CommitProperties:
+        """The txn that makes the commit idempotent; our keys, delta-spark's streaming
+        operation parameters and metrics, and the user's metadata in its commitInfo."""
+        epoch = committable.epoch
+        files = committable.files
+        metadata: dict[str, Any] = {
+            COMMIT_APP_ID: epoch.app_id,
+            COMMIT_EPOCH_ID: str(epoch.epoch_id),
+            COMMIT_WRITER: epoch.writer_identity,
+            COMMIT_RUN_ID: epoch.run_id,
+            # A replay check reads only txns; complete mode replaces what it read.
+            "isBlindAppend": epoch.output_mode == "append",
+            "operationParameters": _operation_parameters(epoch),
+            "operationMetrics": {  # strings, as delta-spark writes them
+                "numFiles": str(len(files)),
+                "numAddedFiles": str(len(files)),
+                "numRemovedFiles": str(removed_files),
+                "numOutputRows": str(sum(f.num_records for f in files)),
+                "numOutputBytes": str(sum(f.size for f in files)),
+            },
+        }
+        user_metadata = epoch.user_metadata or self._user_metadata
+        if user_metadata:
+            metadata["userMetadata"] = user_metadata
+        return CommitProperties(
+            app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
+            custom_metadata=metadata,
+            max_commit_retries=retries,
+        )
 
     def _create_with(self, committable: DeltaCommittable) -> bool:
         """Create the table with the epoch's files in ONE commit (protocol, metadata, adds and
@@ -322,7 +381,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 partition_by=list(shape.partition_by) or None,
                 configuration=self._table_configuration or None,
                 storage_options=self._location.delta_storage_options(),
-                commit_properties=_commit_properties(epoch, retries=0),
+                commit_properties=self._commit_properties(committable, retries=0),
                 post_commithook_properties=_POST_COMMIT,
             )
         except Exception:
@@ -455,18 +514,14 @@ def _key(epoch: Epoch) -> tuple[str, str, int]:
 _POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
-def _commit_properties(epoch: Epoch, retries: int | None = None) -> CommitProperties:
-    """The txn that makes the commit idempotent, and our keys in its commitInfo."""
-    return CommitProperties(
-        app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
-        custom_metadata={
-            COMMIT_APP_ID: epoch.app_id,
-            COMMIT_EPOCH_ID: str(epoch.epoch_id),
-            COMMIT_WRITER: epoch.writer_identity,
-            COMMIT_RUN_ID: epoch.run_id,
-        },
-        max_commit_retries=retries,
-    )
+def _operation_parameters(epoch: Epoch) -> dict[str, str]:
+    """delta-spark's STREAMING UPDATE parameters (merged into delta-rs's own ``mode``)."""
+    if epoch.bounded:
+        return {"epochId": str(epoch.epoch_id)}
+    parameters = {"outputMode": epoch.output_mode.capitalize(), "epochId": str(epoch.epoch_id)}
+    if epoch.query_id is not None:
+        parameters["queryId"] = epoch.query_id
+    return parameters
 
 
 def _add_action(staged: StagedFile) -> AddAction:

@@ -39,7 +39,7 @@ from committers.delta._table import open_table, remove_orphan_files
 from committers.delta._writer import DeltaStagingWriter
 from framework._foreign_options import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
-from framework.sink import InputPlan, Sink, WriterContext
+from framework.sink import InputPlan, OutputMode, Sink, WriterContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -87,6 +87,8 @@ DELTA_SPARK_SPELLINGS = {
     "checkpointLocation": "pass checkpoint_location= to TwoPhaseSink(...).write_stream(df, ...)",
     "maxRecordsPerFile": "use target_file_size=<bytes> to bound file sizes",
     "overwriteSchema": "the sink never replaces a table's schema; schema_mode='merge' adds columns",
+    "userMetadata": "use user_metadata='...'",
+    "outputMode": "pass output_mode= to TwoPhaseSink(...).write_stream(df, ...)",
 }
 
 
@@ -117,6 +119,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             Spark's Hadoop file system can write the table's URI (a local path always,
             another scheme if its Hadoop FileSystem class loads) and the table does not use
             column mapping, ``"arrow"`` otherwise. Both give the same guarantees.
+        user_metadata: text recorded in the commitInfo of every commit (delta-spark's
+            ``userMetadata`` writer option), shown by ``DeltaTable.history()`` and
+            ``DESCRIBE HISTORY``; ``write(df, user_metadata=...)`` and
+            ``write_stream(..., user_metadata=...)`` override it.
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -142,6 +148,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
         table_configuration: Mapping[str, str] | None = None,
         staging: Staging = "auto",
+        user_metadata: str | None = None,
         unsafe_skip_conditional_put_check: bool = False,
         **unknown: object,
     ) -> None:
@@ -187,13 +194,22 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 "deltalake.DeltaTable.create(uri, schema, configuration="
                 "{'delta.columnMapping.mode': 'name'}), and the sink writes into it."
             )
+        if user_metadata is not None and not isinstance(user_metadata, str):
+            raise ConfigurationError(f"user_metadata must be a string, got {user_metadata!r}")
+        self.user_metadata = user_metadata
         self.unsafe_skip_conditional_put_check = unsafe_skip_conditional_put_check
         self._input_schema: pa.Schema | None = None
         self._bytes_per_row: float | None = None
         self._plan: WritePlan | None = None
 
+    output_modes: frozenset[OutputMode] = frozenset({"append", "complete"})
+
     @property
     def table_uri(self) -> str:
+        return self.location.uri
+
+    @property
+    def destination(self) -> str:
         return self.location.uri
 
     def prepare(self, input_schema: pa.Schema) -> None:
@@ -291,6 +307,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             input_schema=schema,
             schema_mode=self.schema_mode,
             table_configuration=self.table_configuration,
+            user_metadata=self.user_metadata,
         )
 
     def committable_serializer(self) -> StagedFileSerializer:

@@ -325,6 +325,19 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
         self._finished = waiting
         return [staged for staged, _ in done]
 
+    def task_metrics(self) -> dict[str, int]:
+        """S3 upload counters of this task (``"arrow"`` staging to S3), e.g. to see throttling
+        in the batch's metrics; empty elsewhere."""
+        if self._uploader is None:
+            return {}
+        upload = self._uploader.metrics
+        return {
+            "upload_requests": upload.num_requests,
+            "upload_failed_requests": upload.num_failed_requests,
+            "upload_throttled_requests": upload.num_throttled_requests,
+            "upload_retries": upload.num_retries,
+        }
+
     def close(self) -> None:
         self._worker.shutdown()
         if self._uploader is not None:

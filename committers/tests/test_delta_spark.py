@@ -243,8 +243,10 @@ def test_per_batch_log_line_and_metrics(spark, tmp_path, caplog):
     assert sink.last_batch == metrics
     lines = [r.getMessage() for r in caplog.records if r.name == "framework.spark"]
     assert any(
-        "status=committed files=4 rows=1000" in line and "commit_ms=" in line for line in lines
-    )
+        f"status=committed destination={table} version=0 files=4 rows=1000" in line
+        and "commit_ms=" in line
+        for line in lines
+    ), lines
 
 
 def test_concurrent_bounded_writes_of_different_apps(spark, tmp_path):

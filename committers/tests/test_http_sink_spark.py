@@ -57,6 +57,13 @@ def test_a_bounded_job_delivers_every_row_while_the_destination_throttles_and_fa
     assert stats.rejected_requests > 0
     assert stats.failed_requests > 0
     assert stats.partially_failed_requests > 0
+    # The executors' writer counters reach the driver, summed over the tasks.
+    counters = metrics.writer_metrics
+    assert counters["num_records_out"] == 3000 and counters["num_dead_lettered"] == 0
+    assert counters["num_requests"] == stats.requests
+    assert counters["num_throttled_requests"] == stats.rejected_requests
+    assert counters["num_retries"] > 0
+    assert f"num_throttled_requests={stats.rejected_requests}" in metrics.log_line()
 
 
 def test_a_streaming_query_delivers_every_micro_batch_before_spark_records_it(spark, tmp_path):

@@ -171,6 +171,18 @@ class AsyncSink(Sink[Any, None, None], Generic[RequestEntryT]):
         return None
 
 
+#: WriterMetrics counters that add up across tasks (the others are gauges).
+SUMMED_COUNTERS = (
+    "num_records_out",
+    "num_bytes_out",
+    "num_requests",
+    "num_failed_requests",
+    "num_throttled_requests",
+    "num_retries",
+    "num_dead_lettered",
+)
+
+
 class AsyncSinkTaskWriter(SinkWriter[Any, None], Generic[RequestEntryT]):
     """Drives an :class:`AsyncSinkWriter` for one task from synchronous code.
 
@@ -228,6 +240,13 @@ class AsyncSinkTaskWriter(SinkWriter[Any, None], Generic[RequestEntryT]):
             writer = self._ensure_writer()
             self._call(writer.flush())
         return []
+
+    def task_metrics(self) -> dict[str, int]:
+        """The writer's cumulative counters (records and bytes out, requests, failed,
+        throttled, retries, dead-lettered), summed per batch by the engine."""
+        if self._writer is None:
+            return {}
+        return {name: int(getattr(self._writer.metrics, name)) for name in SUMMED_COUNTERS}
 
     def snapshot_state(self) -> list[Any]:
         """The entries not yet sent, serialized with the sink's state serializer if it has one

@@ -19,8 +19,9 @@ on, and ``clean_up`` once an epoch is committed or skipped.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from framework.sink._plan import InputPlan
 from framework.sink._serializers import VersionedSerializer
@@ -28,11 +29,13 @@ from framework.sink._serializers import VersionedSerializer
 InputT = TypeVar("InputT")
 CommT = TypeVar("CommT")
 GlobalCommT = TypeVar("GlobalCommT")
+OutputMode = Literal["append", "complete"]
 
 __all__ = [
     "Committer",
     "Epoch",
     "GlobalCommitter",
+    "OutputMode",
     "Sink",
     "SinkWriter",
     "WriterContext",
@@ -56,6 +59,12 @@ class Epoch:
             need not arrive in increasing order across jobs. ``False`` for streaming, where one
             writer identity only ever moves forward (so an epoch below its newest commit is a
             replay even when its own commit is no longer in the destination's history).
+        output_mode: ``"append"`` adds the epoch's rows to the destination; ``"complete"``
+            replaces its whole contents with them (Spark's complete output mode), in the same
+            one transaction.
+        query_id: the streaming query's id (``None`` for bounded jobs), for commit metadata.
+        user_metadata: a free-text note to record with the commit (Delta's ``userMetadata``);
+            ``None`` leaves the sink's own default.
     """
 
     app_id: str
@@ -63,6 +72,9 @@ class Epoch:
     writer_identity: str
     run_id: str
     bounded: bool = False
+    output_mode: OutputMode = "append"
+    query_id: str | None = None
+    user_metadata: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +105,14 @@ class SinkWriter(ABC, Generic[InputT, CommT]):
     def snapshot_state(self) -> list[Any]:
         """State to restore this writer from after a failure (FLIP-143). None by default."""
         return []
+
+    def task_metrics(self) -> Mapping[str, int]:
+        """Counters of this writer (requests, retries, ...), read after ``prepare_commit``.
+
+        The engine sums them over the successful task attempts of an epoch into the epoch's
+        metrics on the coordinator. Empty by default.
+        """
+        return {}
 
     def abort(self) -> None:
         """Called instead of ``prepare_commit`` when the task fails: best-effort removal of what
@@ -155,6 +175,11 @@ class GlobalCommitter(ABC, Generic[CommT, GlobalCommT]):
     def commit(self, global_committables: list[GlobalCommT]) -> list[GlobalCommT]:
         """Commit; return those to retry. Raises a ``CommitError`` subclass on failure."""
 
+    def committed_version(self, epoch: Epoch) -> int | None:
+        """The destination's version that holds ``epoch`` (e.g. the Delta table version), once
+        it was committed or found as a replay by this committer; ``None`` if unknown."""
+        return None
+
     def abort(self, epoch: Epoch) -> None:
         """Discard what was staged for ``epoch`` and not committed. Never touches committed data."""
 
@@ -177,6 +202,13 @@ class Sink(ABC, Generic[InputT, CommT, GlobalCommT]):
     """
 
     app_id: str | None = None
+    #: Output modes the sink honours; ``"complete"`` needs a committer that replaces contents.
+    output_modes: frozenset[OutputMode] = frozenset({"append"})
+
+    @property
+    def destination(self) -> str:
+        """Where the sink writes, for log lines and metrics (e.g. the table URI)."""
+        return type(self).__name__
 
     @abstractmethod
     def create_writer(self, context: WriterContext) -> SinkWriter[InputT, CommT]:

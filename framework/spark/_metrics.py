@@ -1,9 +1,10 @@
-"""Per-batch figures, logged once per batch and readable from Python."""
+"""Per-batch figures: logged once per batch, handed to a callback, readable from Python."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 __all__ = ["BatchMetrics"]
 
@@ -21,6 +22,13 @@ class BatchMetrics:
         files, bytes: committed output (0 for skipped batches and at-least-once sinks).
         rows: input rows the tasks wrote (committed or delivered; 0 for skipped batches).
         stage_ms: time spent in Spark tasks; commit_ms: time of the commit on the driver.
+        destination: where the sink writes (a Delta table's URI).
+        version: the destination's version holding the batch (the Delta table version of the
+            commit, or of the earlier commit a skipped replay found), ``None`` if unknown.
+        output_mode: ``append`` or ``complete`` (the batch replaced the table's contents).
+        writer_metrics: the writers' counters summed over the batch's successful task
+            attempts, e.g. an async sink's ``num_requests``, ``num_retries``,
+            ``num_throttled_requests``, ``num_dead_lettered`` (empty for Delta).
     """
 
     batch_id: int
@@ -32,10 +40,25 @@ class BatchMetrics:
     bytes: int
     stage_ms: float
     commit_ms: float
+    destination: str = ""
+    version: int | None = None
+    output_mode: str = "append"
+    writer_metrics: Mapping[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, e.g. for JSON or a metrics exporter."""
+        values = asdict(self)
+        values["writer_metrics"] = dict(self.writer_metrics)
+        return values
 
     def log_line(self) -> str:
+        """``key=value`` pairs: batch, epoch, app id, status, destination, version, output."""
+        version = "" if self.version is None else f" version={self.version}"
+        mode = "" if self.output_mode == "append" else f" output_mode={self.output_mode}"
+        counters = "".join(f" {name}={value}" for name, value in self.writer_metrics.items())
         return (
             f"batch={self.batch_id} epoch={self.epoch_id} app_id={self.app_id} "
-            f"status={self.status} files={self.files} rows={self.rows} bytes={self.bytes} "
-            f"stage_ms={self.stage_ms:.0f} commit_ms={self.commit_ms:.1f}"
+            f"status={self.status} destination={self.destination}{version}{mode} "
+            f"files={self.files} rows={self.rows} bytes={self.bytes} "
+            f"stage_ms={self.stage_ms:.0f} commit_ms={self.commit_ms:.1f}{counters}"
         )

@@ -11,9 +11,16 @@ from framework.sink import Epoch, Sink, WriterContext, serialize_versioned
 
 __all__ = ["TASK_RESULT_SCHEMA", "make_task_function", "positional_names"]
 
-# One output row per task: its serialized committables and how many input rows it wrote.
-TASK_RESULT_SCHEMA = "committables array<binary>, rows long"
-_ARROW_SCHEMA = pa.schema([("committables", pa.list_(pa.binary())), ("rows", pa.int64())])
+# One output row per task: its serialized committables, how many input rows it wrote and the
+# writer's own counters (SinkWriter.task_metrics).
+TASK_RESULT_SCHEMA = "committables array<binary>, rows long, metrics map<string, long>"
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("committables", pa.list_(pa.binary())),
+        ("rows", pa.int64()),
+        ("metrics", pa.map_(pa.string(), pa.int64())),
+    ]
+)
 
 
 def positional_names(count: int) -> list[str]:
@@ -55,6 +62,7 @@ def make_task_function(
                 rows += batch.num_rows
                 writer.write(batch.rename_columns(names))
             committables = writer.prepare_commit(True)
+            counters = dict(writer.task_metrics())
         except BaseException:
             writer.abort()
             raise
@@ -66,7 +74,11 @@ def make_task_function(
         else:
             payload = [serialize_versioned(serializer, c) for c in committables]
         yield pa.RecordBatch.from_arrays(
-            [pa.array([payload], _ARROW_SCHEMA.field(0).type), pa.array([rows], pa.int64())],
+            [
+                pa.array([payload], _ARROW_SCHEMA.field("committables").type),
+                pa.array([rows], pa.int64()),
+                pa.array([list(counters.items())], _ARROW_SCHEMA.field("metrics").type),
+            ],
             schema=_ARROW_SCHEMA,
         )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 import uuid
 from collections import deque
@@ -12,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from framework._foreign_options import refuse_unknown_options
+from framework._logging import install_fallback_handlers
 from framework.errors import (
     CheckpointResetError,
     CommitError,
@@ -20,7 +20,7 @@ from framework.errors import (
     SinkError,
     UnsupportedTypeError,
 )
-from framework.sink import Epoch, GlobalCommitter, Sink, deserialize_versioned
+from framework.sink import Epoch, GlobalCommitter, OutputMode, Sink, deserialize_versioned
 from framework.spark._checkpoint import read_checkpoint, save_epoch_offset
 from framework.spark._errors import (
     install_py4j_log_filter,
@@ -29,7 +29,7 @@ from framework.spark._errors import (
     translate_task_error,
 )
 from framework.spark._metrics import BatchMetrics
-from framework.spark._native import StagesWithSpark
+from framework.spark._native import StagesWithSpark, is_connect_dataframe
 from framework.spark._plan import apply_input_plan
 from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function, positional_names
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["TwoPhaseSink"]
 
 log = logging.getLogger("framework.spark")
+install_fallback_handlers()  # WARNINGs visible, INFO one setLevel away, never printed twice
 DERIVED_APP_ID_PREFIX = "query-"  # app ids derived from the streaming query id
 
 OnCheckpointReset = Literal["error", "continue"]
@@ -47,13 +48,16 @@ _BOUNDED_SUFFIX = ":write"
 _DEFAULT_BOUNDED_APP = "bounded"
 # Set by Spark on the thread that runs a micro-batch (classic Spark only).
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
+#: Name of the observation that puts each batch's input rows into ``query.lastProgress``.
+OBSERVATION_NAME = "sparksink"
 
 
 #: DataFrameWriter / DataStreamWriter spellings and what they are here.
 _SPARK_WRITER_SPELLINGS = {
     "mode": "the sink appends; write(df) runs a bounded DataFrame, write_stream(df, ...) a stream",
-    "outputMode": "the sink appends each micro-batch (output mode 'append')",
-    "output_mode": "the sink appends each micro-batch (output mode 'append')",
+    "outputMode": "use output_mode='append' or 'complete' (write_stream only)",
+    "output_mode": "a bounded write appends; output_mode is an option of write_stream",
+    "userMetadata": "use user_metadata='...'",
     "options": "destination options belong to the sink (e.g. DeltaSink(..., storage_options=...))",
     "mergeSchema": "schema evolution is an option of the sink: DeltaSink(..., schema_mode='merge')",
     "checkpointLocation": "use checkpoint_location=...",
@@ -127,6 +131,10 @@ class TwoPhaseSink:
             checkpoint's batches after the recorded one (kept in the checkpoint).
         commit_attempts: how often a global committer may ask for a retry of a commit.
         metrics_history: how many :class:`BatchMetrics` to keep in :attr:`batches`.
+        on_batch: called with the :class:`BatchMetrics` of every batch and bounded write
+            (committed, skipped replay or delivered), on the driver, right after the batch
+            ended, e.g. to export them to Prometheus or StatsD. It cannot fail a batch: an
+            exception it raises is logged as a warning and the query goes on.
 
     Spark Connect: both methods accept DataFrames of a Connect session. A streaming query's
     batches then run in a Python process of the Connect server (one per query run), which gets
@@ -143,6 +151,7 @@ class TwoPhaseSink:
         on_checkpoint_reset: OnCheckpointReset = "error",
         commit_attempts: int = 3,
         metrics_history: int = 1000,
+        on_batch: Callable[[BatchMetrics], object] | None = None,
     ) -> None:
         if not isinstance(sink, Sink):
             raise ConfigurationError(
@@ -154,6 +163,9 @@ class TwoPhaseSink:
             )
         if commit_attempts < 1:
             raise ConfigurationError(f"commit_attempts must be >= 1, got {commit_attempts}")
+        if on_batch is not None and not callable(on_batch):
+            raise ConfigurationError(f"on_batch must be callable, got {on_batch!r}")
+        self.on_batch = on_batch
         self.sink = sink
         self.on_checkpoint_reset = on_checkpoint_reset
         self.commit_attempts = commit_attempts
@@ -230,8 +242,10 @@ class TwoPhaseSink:
         df: DataFrame,
         *,
         checkpoint_location: str,
+        output_mode: str = "append",
         trigger: dict[str, Any] | None = None,
         query_name: str | None = None,
+        user_metadata: str | None = None,
         **unknown: object,
     ) -> StreamingQuery:
         """Start a streaming query that writes ``df`` exactly once; returns the query.
@@ -240,9 +254,20 @@ class TwoPhaseSink:
             df: a streaming DataFrame.
             checkpoint_location: Spark checkpoint directory of this query (required: it is what
                 makes batch ids, and therefore the sink's replay detection, stable).
+            output_mode: ``"append"`` (default): each micro-batch's rows are added.
+                ``"complete"``: each micro-batch holds the query's whole result (an
+                aggregation) and replaces the destination's contents, in the same one
+                transaction that records the batch, so a replay is still skipped. Needs a sink
+                that supports it (``DeltaSink`` does). ``"update"`` is refused: rows would
+                have to be changed in place.
             trigger: keyword arguments for ``DataStreamWriter.trigger``, e.g.
                 ``{"processingTime": "10 seconds"}`` or ``{"availableNow": True}``.
             query_name: optional query name.
+            user_metadata: text recorded with every commit of this query (Delta's
+                ``userMetadata``), overriding the sink's own.
+
+        Each batch's input rows also appear in ``query.lastProgress["observedMetrics"]
+        ["sparksink"]``; everything else a batch did is in its :class:`BatchMetrics`.
 
         A batch that fails ends the query: ``query.awaitTermination()`` raises Spark's
         ``StreamingQueryException``; :meth:`failure` returns the sink's own exception.
@@ -258,19 +283,26 @@ class TwoPhaseSink:
             "write_stream",
             unknown,
             _SPARK_WRITER_SPELLINGS,
-            ("checkpoint_location", "trigger", "query_name"),
+            ("checkpoint_location", "output_mode", "trigger", "query_name", "user_metadata"),
         )
         if not getattr(df, "isStreaming", False):
             raise ConfigurationError("write_stream needs a streaming DataFrame; use write(df)")
         if not checkpoint_location:
             raise ConfigurationError("checkpoint_location is required for exactly-once streaming")
+        mode = self._check_output_mode(output_mode)
+        _check_user_metadata(user_metadata)
         committer = self._prepare(df)
         offset = self._epoch_offset(committer, checkpoint_location)
-        runner = _StreamingBatchRunner(self, committer, offset, checkpoint_location)
+        runner = _StreamingBatchRunner(
+            self, committer, offset, checkpoint_location, mode, user_metadata
+        )
         runner.check_picklable()
         install_py4j_log_filter()
-        writer = df.writeStream.foreachBatch(runner).option(
-            "checkpointLocation", checkpoint_location
+        writer = (
+            _observe_input_rows(df)
+            .writeStream.foreachBatch(runner)
+            .outputMode(mode)
+            .option("checkpointLocation", checkpoint_location)
         )
         if trigger:
             writer = writer.trigger(**trigger)
@@ -281,7 +313,12 @@ class TwoPhaseSink:
         return query
 
     def write(
-        self, df: DataFrame, *, epoch_id: int | None = None, **unknown: object
+        self,
+        df: DataFrame,
+        *,
+        epoch_id: int | None = None,
+        user_metadata: str | None = None,
+        **unknown: object,
     ) -> BatchMetrics:
         """Write a bounded DataFrame as one commit; returns its metrics.
 
@@ -292,6 +329,8 @@ class TwoPhaseSink:
                 explicit ``app_id`` on the sink. Without it, each call is a new epoch after the
                 last one recorded for the app id; without an ``app_id`` either, each call is a
                 one-off job with an identity of its own.
+            user_metadata: text recorded with the commit (Delta's ``userMetadata``),
+                overriding the sink's own.
 
         Raises:
             ConfigurationError: ``epoch_id`` without an ``app_id``, or not a non-negative int.
@@ -301,10 +340,13 @@ class TwoPhaseSink:
                 file is removed, except for ``CommitStateUnknownError`` (the commit may have
                 landed; re-running with the same ``epoch_id`` reconciles it).
         """
-        refuse_unknown_options("write", unknown, _SPARK_WRITER_SPELLINGS, ("epoch_id",))
+        refuse_unknown_options(
+            "write", unknown, _SPARK_WRITER_SPELLINGS, ("epoch_id", "user_metadata")
+        )
         if getattr(df, "isStreaming", False):
             raise ConfigurationError("write needs a bounded DataFrame; use write_stream(df, ...)")
         _check_epoch_id(epoch_id)
+        _check_user_metadata(user_metadata)
         if epoch_id is not None and self.sink.app_id is None:
             raise ConfigurationError(
                 f"write(df, epoch_id={epoch_id}) needs an app_id on the sink: the epoch id makes "
@@ -330,6 +372,7 @@ class TwoPhaseSink:
             writer_identity=identity,
             run_id=str(uuid.uuid4()),
             bounded=True,
+            user_metadata=user_metadata,
         )
         try:
             metrics = self._run_epoch(df, epoch, committer, batch_id=epoch_id)
@@ -345,6 +388,27 @@ class TwoPhaseSink:
         return metrics
 
     # -- driver-side protocol -------------------------------------------------------------
+
+    def _check_output_mode(self, output_mode: object) -> OutputMode:
+        if output_mode == "update":
+            raise ConfigurationError(
+                "output_mode='update' is not supported: it emits changed rows that would have "
+                "to replace earlier versions of the same rows in place, which an append-only "
+                "transaction cannot do. Use output_mode='complete' (the whole result replaces "
+                "the table each batch), or 'append' with a watermark so each result row is "
+                "emitted once, final."
+            )
+        if output_mode not in ("append", "complete"):
+            raise ConfigurationError(
+                f"output_mode must be 'append' or 'complete', got {output_mode!r}"
+            )
+        if output_mode not in self.sink.output_modes:
+            raise ConfigurationError(
+                f"{type(self.sink).__name__} supports output modes "
+                f"{sorted(self.sink.output_modes)}, not {output_mode!r}: it cannot replace "
+                "what it already wrote."
+            )
+        return output_mode
 
     def _prepare(self, df: DataFrame) -> GlobalCommitter[Any, Any] | None:
         self.sink.prepare(_arrow_schema(df))
@@ -382,25 +446,33 @@ class TwoPhaseSink:
         log.warning("checkpoint reset for app id %r: batch ids continue at %d", app_id, last + 1)
         return last + 1
 
-    def _stage(self, df: DataFrame, epoch: Epoch) -> tuple[list[Any], int]:
-        """Run the writers; return the committables of successful attempts and rows written."""
+    def _stage(self, df: DataFrame, epoch: Epoch) -> tuple[list[Any], int, dict[str, int]]:
+        """Run the writers; return the committables of successful attempts, the rows they
+        wrote and their writers' counters, summed."""
         serializer = self.sink.committable_serializer()
         plan = self.sink.input_plan()
         if plan is not None:
             df = apply_input_plan(df, plan)
         stager = self.sink.spark_stager(df) if isinstance(self.sink, StagesWithSpark) else None
         if stager is not None:
-            return stager.stage(df, epoch)
+            committables, rows = stager.stage(df, epoch)
+            return committables, rows, {}
         names = df.columns
         task = make_task_function(self.sink, epoch, names)
         staged = df.toDF(*positional_names(len(names))).mapInArrow(task, TASK_RESULT_SCHEMA)
         results = staged.collect()
         rows = sum(r.rows for r in results)
+        counters: dict[str, int] = {}
+        for result in results:
+            for name, value in (result.metrics or {}).items():
+                counters[name] = counters.get(name, 0) + value
         if serializer is None:
-            return [], rows
-        return [
-            deserialize_versioned(serializer, bytes(c)) for r in results for c in r.committables
-        ], rows
+            return [], rows, counters
+        return (
+            [deserialize_versioned(serializer, bytes(c)) for r in results for c in r.committables],
+            rows,
+            counters,
+        )
 
     def _run_epoch(
         self,
@@ -412,12 +484,14 @@ class TwoPhaseSink:
     ) -> BatchMetrics:
         """Skip a replay, or stage and commit one epoch; clean up in every outcome."""
         if committer is not None and committer.is_committed(epoch):
+            if not epoch.bounded:
+                _run_without_output(df)
             committer.clean_up(epoch)
-            return self._record(batch_id, epoch, "skipped", [], 0.0, 0.0)
+            return self._record(batch_id, epoch, "skipped", committer)
         started = time.perf_counter()
         try:
             try:
-                committables, rows = self._stage(df, epoch)
+                committables, rows, counters = self._stage(df, epoch)
             except Exception as err:
                 translated = translate_task_error(err)
                 if translated is err:
@@ -426,7 +500,13 @@ class TwoPhaseSink:
             staged = time.perf_counter()
             if committer is None:
                 return self._record(
-                    batch_id, epoch, "delivered", [], staged - started, 0.0, rows=rows
+                    batch_id,
+                    epoch,
+                    "delivered",
+                    None,
+                    stage_seconds=staged - started,
+                    rows=rows,
+                    counters=counters,
                 )
             self._commit(committer, epoch, committables)
         except CommitStateUnknownError:
@@ -446,10 +526,12 @@ class TwoPhaseSink:
             batch_id,
             epoch,
             "committed",
-            committables,
-            staged - started,
-            committed - staged,
+            committer,
+            committables=committables,
+            stage_seconds=staged - started,
+            commit_seconds=committed - staged,
             rows=rows,
+            counters=counters,
         )
 
     def _commit(
@@ -480,12 +562,16 @@ class TwoPhaseSink:
         batch_id: int,
         epoch: Epoch,
         status: Literal["committed", "skipped", "delivered"],
-        committables: list[Any],
-        stage_seconds: float,
-        commit_seconds: float,
+        committer: GlobalCommitter[Any, Any] | None,
         *,
+        committables: list[Any] | None = None,
+        stage_seconds: float = 0.0,
+        commit_seconds: float = 0.0,
         rows: int = 0,
+        counters: dict[str, int] | None = None,
     ) -> BatchMetrics:
+        """Keep, log and hand out the batch's metrics (after its commit or skip)."""
+        committables = committables or []
         metrics = BatchMetrics(
             batch_id=batch_id,
             epoch_id=epoch.epoch_id,
@@ -496,9 +582,18 @@ class TwoPhaseSink:
             bytes=sum(getattr(c, "size", 0) for c in committables),
             stage_ms=stage_seconds * 1000,
             commit_ms=commit_seconds * 1000,
+            destination=self.sink.destination,
+            version=None if committer is None else committer.committed_version(epoch),
+            output_mode=epoch.output_mode,
+            writer_metrics=counters or {},
         )
         self._batches.append(metrics)
         log.info(metrics.log_line())
+        if self.on_batch is not None:
+            try:
+                self.on_batch(metrics)
+            except Exception as err:  # the batch is done: a broken exporter must not undo it
+                log.warning("on_batch callback failed for batch %s: %r", batch_id, err)
         return metrics
 
 
@@ -539,10 +634,14 @@ class _StreamingBatchRunner:
         committer: GlobalCommitter[Any, Any] | None,
         epoch_offset: int,
         checkpoint_location: str,
+        output_mode: OutputMode = "append",
+        user_metadata: str | None = None,
     ) -> None:
         self._owner = owner
         self._epoch_offset = epoch_offset
         self._checkpoint_location = checkpoint_location
+        self._output_mode: OutputMode = output_mode
+        self._user_metadata = user_metadata
         self._log_level = log.getEffectiveLevel()
         self._reset_process_state(committer, ready=True)
 
@@ -560,6 +659,8 @@ class _StreamingBatchRunner:
             "_owner": self._owner,
             "_epoch_offset": self._epoch_offset,
             "_checkpoint_location": self._checkpoint_location,
+            "_output_mode": self._output_mode,
+            "_user_metadata": self._user_metadata,
             "_log_level": self._log_level,
         }
 
@@ -600,6 +701,9 @@ class _StreamingBatchRunner:
                 epoch_id=self._epoch_offset + batch_id,
                 writer_identity=f"{DERIVED_APP_ID_PREFIX}{query_id}",
                 run_id=str(uuid.uuid4()),
+                output_mode=self._output_mode,
+                query_id=query_id,
+                user_metadata=self._user_metadata,
             )
             self._owner._run_epoch(df, epoch, self._committer, batch_id=batch_id)
         except SinkError as err:
@@ -658,15 +762,43 @@ def _query_id_from_checkpoint(checkpoint_location: str, df: DataFrame) -> str:
 
 
 def _show_log_lines(level: int) -> None:
-    """Nothing configures logging in a process Spark starts for a Connect query's batches:
-    send the sink's log lines to its stderr (copied into the server's log), at the level the
-    ``framework.spark`` logger had on the client. Left alone if logging is configured there."""
-    if log.hasHandlers():
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(level)
+    """Nothing configures logging in a process Spark starts for a Connect query's batches, so
+    the fallback handler writes the sink's log lines to its stderr (copied into the server's
+    log): at the level the ``framework.spark`` logger had on the client, unless logging is
+    configured there."""
+    if not logging.getLogger().handlers:
+        log.setLevel(level)
+
+
+def _run_without_output(df: DataFrame) -> None:
+    """Execute a skipped micro-batch's plan, writing nothing.
+
+    A stateful query (aggregation, deduplication, ...) commits its state stores only while its
+    batch's plan runs; Spark fails a batch whose foreachBatch function did not run every
+    partition (STATE_STORE_COMMIT_VALIDATION_FAILED), and the next batch would otherwise lack
+    the replayed batch's state. Replays are rare (after a crash), so the cost of recomputing
+    one batch is paid only then.
+    """
+    df.write.format("noop").mode("overwrite").save()
+
+
+def _check_user_metadata(user_metadata: object) -> None:
+    if user_metadata is not None and not isinstance(user_metadata, str):
+        raise ConfigurationError(f"user_metadata must be a string, got {user_metadata!r}")
+
+
+def _observe_input_rows(df: DataFrame) -> DataFrame:
+    """``df`` counting each micro-batch's rows into ``lastProgress["observedMetrics"]``.
+
+    Only aggregates over the streaming plan itself reach Spark's progress (ones computed inside
+    the foreachBatch function do not), so files, bytes and commit times, known only after
+    Spark's batch, are reported through :class:`BatchMetrics` instead.
+    """
+    if is_connect_dataframe(df):
+        from pyspark.sql.connect import functions as F
+    else:
+        from pyspark.sql import functions as F  # type: ignore[no-redef]
+    return df.observe(OBSERVATION_NAME, F.count(F.lit(1)).alias("rows"))
 
 
 def _state_items(value: Any) -> list[tuple[str, Any]]:

@@ -32,6 +32,7 @@ def test_public_surface_is_pinned():
         "Epoch",
         "GlobalCommitter",
         "InputPlan",
+        "OutputMode",
         "PlannedColumn",
         "RowCheck",
         "Sink",
