@@ -31,8 +31,10 @@ __all__ = [
     "COMMIT_WRITER",
     "CommitRecord",
     "added_paths",
+    "file_mtime",
     "find_commit",
     "open_table",
+    "referenced_paths",
     "remove_orphan_files",
 ]
 
@@ -181,7 +183,7 @@ def added_paths(location: TableLocation, version: int) -> set[str]:
     return paths
 
 
-def _referenced_paths(location: TableLocation) -> set[str]:
+def referenced_paths(location: TableLocation) -> set[str]:
     """Every file any reconstructable version (or tombstone) of the table mentions."""
     fs = location.filesystem()
     log_dir = location.path("_delta_log")
@@ -247,23 +249,23 @@ def remove_orphan_files(
             "of an engine that supports them."
         )
     fs = location.filesystem()
-    referenced = _referenced_paths(location)
+    referenced = referenced_paths(location)
     cutoff = time.time() - retention_seconds
     candidates: dict[str, str] = {}  # relative -> full path
     for full, info in fs.find(location.path(), detail=True).items():
         relative = location.relative(full)
         top = relative.split("/", 1)[0]
         if top == STAGING_DIR:
-            if _mtime(info) > cutoff and relative.endswith(".json"):
+            if file_mtime(info) > cutoff and relative.endswith(".json"):
                 # a writer may still commit these
                 with contextlib.suppress(FileNotFoundError):
                     referenced |= read_manifest(location, full).files
-            elif _mtime(info) <= cutoff:
+            elif file_mtime(info) <= cutoff:
                 candidates[relative] = full
             continue
         if top.startswith((".", "_")) or not relative.endswith(".parquet"):
             continue
-        if _mtime(info) <= cutoff:
+        if file_mtime(info) <= cutoff:
             candidates[relative] = full
     removed = sorted(r for r in candidates if r not in referenced)
     if not dry_run:
@@ -272,7 +274,8 @@ def remove_orphan_files(
     return removed
 
 
-def _mtime(info: Mapping[str, Any]) -> float:
+def file_mtime(info: Mapping[str, Any]) -> float:
+    """Modification time (seconds since the epoch) of an fsspec listing entry; now if unknown."""
     for key in ("mtime", "LastModified", "last_modified", "created"):
         value = info.get(key)
         if value is None:
