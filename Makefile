@@ -1,45 +1,56 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both bootstrap a virtualenv from
-# pyproject.toml on first use (and again whenever pyproject.toml changes).
+# pyproject.toml on first use (and again whenever pyproject.toml changes): `make demo` installs
+# only what the demo needs (the package and its runtime dependencies), `make test` adds the dev
+# extra (test, lint and type-check tools). tools/bootstrap-venv.sh keeps the stamp.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+BOOTSTRAP := sh tools/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 
-.PHONY: demo test lint typecheck unit prereqs bench clean
+.PHONY: demo test lint typecheck unit prereqs bench campaign clean runtime-venv dev-venv
 
 prereqs:
 	@sh tools/check-prereqs.sh "$(PYTHON)"
 
-$(STAMP): pyproject.toml
-	@sh tools/check-prereqs.sh "$(PYTHON)"
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+runtime-venv:
+	@$(BOOTSTRAP) runtime
 
-demo: prereqs $(STAMP)
+dev-venv:
+	@$(BOOTSTRAP) dev
+
+demo: runtime-venv
 	$(PY) examples/quickstart.py
 
-lint: $(STAMP)
+lint: dev-venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: dev-venv
 	$(VENV)/bin/mypy
 
-unit: $(STAMP)
+unit: dev-venv
 	$(VENV)/bin/pytest -m "not spark and not integration"
 
-test: prereqs $(STAMP) lint typecheck
+test: dev-venv lint typecheck
 	$(VENV)/bin/pytest --durations=15
 
-bench: prereqs $(STAMP)
+# The benchmarks start the S3 server and the throttling HTTP server of the test suite.
+bench: dev-venv
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/commit_latency.py
 	$(PY) benchmarks/commit_latency.py 30 --s3
 	$(PY) benchmarks/s3_staging.py
 	$(PY) benchmarks/async_writer_overhead.py
 	$(PY) benchmarks/async_congestion.py
+
+# The crash-point campaign (docs/reliability.md): SEED picks the kill plan, CYCLES the killed runs.
+SEED ?= 1
+CYCLES ?= 40
+STAGING ?= auto
+campaign: dev-venv
+	rm -rf build/campaign-$(SEED)-$(STAGING)
+	$(PY) -m committers.tests._campaign --seed $(SEED) --cycles $(CYCLES) --staging $(STAGING) \
+		--workdir build/campaign-$(SEED)-$(STAGING) --json build/campaign-$(SEED)-$(STAGING).json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

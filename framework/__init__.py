@@ -4,6 +4,7 @@
 ``framework.spark``, so the core stays usable (and testable) without a JVM.
 """
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from framework import errors
@@ -16,6 +17,11 @@ from framework.sink import (
     SinkWriter,
     WriterContext,
 )
+
+try:  # the installed distribution is the one source of truth for the version
+    __version__ = _metadata.version("sparksink")
+except _metadata.PackageNotFoundError:  # a source tree used without installing it
+    __version__ = "0+unknown"
 
 if TYPE_CHECKING:
     from framework.spark import TwoPhaseSink
