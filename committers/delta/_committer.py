@@ -49,6 +49,7 @@ from committers.delta._table import (
     find_commit,
 )
 from committers.delta._upload import abort_incomplete_uploads
+from framework._crash import crash_point
 from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -152,6 +153,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
 
     def is_committed(self, epoch: Epoch) -> bool:
         held = self._holds(self.table(), epoch)
+        crash_point("replay_check", epoch.epoch_id)
         if not held:
             self._checked_epoch = _key(epoch)
         return held
@@ -204,6 +206,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             read_version = table.version()
             # Complete mode: delta-rs's overwrite removes every file of this snapshot.
             replaced = len(table.file_uris()) if epoch.output_mode == "complete" else 0
+            crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
             table.create_write_transaction(
                 [_add_action(f) for f in committable.files],
                 mode="overwrite" if epoch.output_mode == "complete" else "append",
@@ -434,6 +437,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if len(merged) > len(current):
             new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
             table.alter.add_columns(new_fields)
+            crash_point("schema_merge")
             table.update_incremental()
             log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
             return TableShape.of_table(table)
@@ -484,6 +488,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         orphans = set().union(*(m.files for m in manifests.values())) - committed_files
         fs = self._location.filesystem()
         _delete(fs, [self._location.path(relative) for relative in sorted(orphans)])
+        crash_point("clean_up", epoch.epoch_id)
         abort_incomplete_uploads(self._location, orphans)  # of attempts killed mid-upload
         for directory in set().union(*(m.directories for m in manifests.values())):
             _remove_empty_directories(self._location, directory)

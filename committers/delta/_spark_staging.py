@@ -31,6 +31,7 @@ from committers.delta._schema import HIVE_NULL
 from committers.delta._staging import epoch_staging_dir, write_manifest
 from committers.delta._stats import FileStatsCollector
 from committers.delta._storage import TableLocation
+from framework._crash import crash_point
 from framework.errors import StagingError
 from framework.spark._native import is_connect_dataframe
 
@@ -98,6 +99,9 @@ class SparkParquetStager:
     def stage(self, df: DataFrame, epoch: Epoch) -> tuple[list[StagedFile], int]:
         directory = run_directory(epoch)
         write_manifest(self._location, spark_manifest_path(epoch), [], directories=[directory])
+        # Spark's writer has no hook inside its tasks: a fault campaign's kill lands while
+        # they run, from a timer.
+        crash_point("staging", epoch.epoch_id, within_seconds=0.3)
         self._write(df, self._spark_path(directory))
         # Spark writes an empty file for an empty batch: not worth an add action (the
         # clean-up deletes it with the rest of the directory's uncommitted files).

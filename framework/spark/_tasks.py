@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from framework._crash import crash_point
 from framework.sink import Epoch, Sink, WriterContext, serialize_versioned
 
 __all__ = ["TASK_RESULT_SCHEMA", "make_task_function", "positional_names"]
@@ -61,6 +62,7 @@ def make_task_function(
             for batch in batches:
                 rows += batch.num_rows
                 writer.write(batch.rename_columns(names))
+                crash_point("staging", epoch.epoch_id)
             committables = writer.prepare_commit(True)
             counters = dict(writer.task_metrics())
         except BaseException:

@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from framework._crash import crash_point
 from framework._foreign_options import refuse_unknown_options
 from framework._logging import install_fallback_handlers
 from framework.errors import (
@@ -498,6 +499,7 @@ class TwoPhaseSink:
                     raise
                 raise translated from err  # keeps the worker's traceback attached
             staged = time.perf_counter()
+            crash_point("before_commit", epoch.epoch_id)
             if committer is None:
                 return self._record(
                     batch_id,
@@ -509,6 +511,7 @@ class TwoPhaseSink:
                     counters=counters,
                 )
             self._commit(committer, epoch, committables)
+            crash_point("after_commit", epoch.epoch_id)
         except CommitStateUnknownError:
             raise  # leave staged files: the replay of this batch reconciles and cleans up
         except BaseException:

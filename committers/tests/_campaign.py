@@ -1,0 +1,241 @@
+"""The crash-point campaign: a streaming job into a Delta table, killed (SIGKILL of the whole
+driver process tree) at every named step of the commit protocol and at random moments, then
+restarted from its checkpoint; at the end the table is checked against its source.
+
+Usage (``make campaign`` runs it)::
+
+    python -m committers.tests._campaign --seed 7 --cycles 40 [--staging auto|spark|arrow]
+        [--workdir DIR] [--json REPORT.json]
+
+Each cycle adds source files of fresh unique ids, then runs the job with one kill planned: a
+named step (``SPARKSINK_CRASH_AT``, see ``framework._crash``) or, for ``random``, a timer in
+this process. On ``schema_merge``'s turn the source gains a column, so the run merges the
+schema and the kill falls between that metadata commit and the data commit. A first run
+without a kill creates the table; a last one drains the source. The check reads the table
+with deltalake and with DuckDB's delta extension: duplicates, lost and unexpected ids, staged
+files left after ``remove_orphan_files``, and whether it reads at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from framework._crash import CRASH_STEPS, CRASH_VARIABLE, LOG_VARIABLE
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RANDOM = "random"
+KINDS = (*CRASH_STEPS, RANDOM)
+IDS_PER_FILE = 20
+RUN_TIMEOUT_SECONDS = 300
+RANDOM_KILL_WINDOW = (1.0, 15.0)  # seconds after start: Spark's start-up, batches, shutdown
+
+
+@dataclass
+class CampaignReport:
+    """The campaign's figures (what docs/reliability.md publishes)."""
+
+    seed: int
+    staging: str
+    cycles: int = 0
+    kills: dict[str, int] = field(default_factory=dict)  # per step: runs that really died there
+    not_reached: dict[str, int] = field(default_factory=dict)  # planned kill, run ended first
+    source_files: int = 0
+    rows_expected: int = 0
+    rows_deltalake: int = 0
+    rows_duckdb: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    unexpected: int = 0
+    orphans_removed: int = 0  # staged files of killed runs that remove_orphan_files deleted
+    orphans_left: int = 0  # files on disk the table does not reference, after that
+    table_version: int = -1
+    readable: bool = False
+    seconds: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return (
+            self.readable
+            and self.duplicates == self.lost == self.unexpected == self.orphans_left == 0
+            and self.rows_deltalake == self.rows_duckdb == self.rows_expected
+        )
+
+
+class _Source:
+    """JSON-lines files of consecutive unique ids, with ``notes`` extra columns."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.next_id = 0
+        self.files = 0
+        self.notes = 0
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def add_file(self) -> None:
+        ids = range(self.next_id, self.next_id + IDS_PER_FILE)
+        lines = []
+        for i in ids:
+            row: dict[str, object] = {"id": i, "day": f"d{i % 3}"}
+            for n in range(1, self.notes + 1):
+                row[f"note{n}"] = f"{n}-{i}"
+            lines.append(json.dumps(row) + "\n")
+        temporary = self.directory / f".part-{self.files:05d}.tmp"
+        temporary.write_text("".join(lines))
+        temporary.rename(self.directory / f"part-{self.files:05d}.json")  # atomic for Spark
+        self.next_id += IDS_PER_FILE
+        self.files += 1
+
+
+def _run_job(
+    source: _Source,
+    table: Path,
+    checkpoint: Path,
+    staging: str,
+    kind: str | None,
+    rng: random.Random,
+) -> str:
+    """Run the job once; returns ``"killed"``, ``"finished"`` or raises on another failure."""
+    crash_log = table.parent / "crashes.log"
+    crash_log.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), LOG_VARIABLE: str(crash_log)}
+    env.pop(CRASH_VARIABLE, None)
+    if kind is not None and kind != RANDOM:
+        env[CRASH_VARIABLE] = kind
+    command = [
+        sys.executable,
+        "-m",
+        "committers.tests._campaign_driver",
+        str(source.directory),
+        str(table),
+        str(checkpoint),
+        staging,
+        str(source.notes),
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the kill takes all of it
+    )
+    timeout = RUN_TIMEOUT_SECONDS
+    if kind == RANDOM:
+        timeout = rng.uniform(*RANDOM_KILL_WINDOW)
+    try:
+        _stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if kind != RANDOM:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise RuntimeError(f"the job hung for {RUN_TIMEOUT_SECONDS}s") from None
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return "killed"
+    if process.returncode == -signal.SIGKILL and crash_log.exists():
+        return "killed"
+    if process.returncode != 0:
+        raise RuntimeError(f"the job failed ({process.returncode}):\n{stderr[-4000:]}")
+    return "finished"
+
+
+def run_campaign(
+    seed: int,
+    cycles: int,
+    workdir: Path,
+    staging: str = "auto",
+    kinds: tuple[str, ...] = KINDS,
+) -> CampaignReport:
+    """Run ``cycles`` killed runs (planned kills drawn from ``kinds``) and a final clean one;
+    return the checked figures."""
+    started = time.monotonic()
+    rng = random.Random(seed)
+    report = CampaignReport(seed=seed, staging=staging)
+    source = _Source(workdir / "source")
+    table, checkpoint = workdir / "table", workdir / "checkpoint"
+    # Every step once per round, in a seeded order; the schema grows on schema_merge's turn.
+    plan: list[str] = []
+    while len(plan) < cycles:
+        round_ = list(kinds)
+        rng.shuffle(round_)
+        plan.extend(round_)
+    plan = plan[:cycles]
+    source.add_file()
+    _run_job(source, table, checkpoint, staging, None, rng)  # the table exists from here on
+    for kind in plan:
+        for _ in range(rng.randint(1, 3)):
+            source.add_file()
+        if kind == "schema_merge":
+            source.notes += 1  # this run's first batch adds a column
+            source.add_file()
+        outcome = _run_job(source, table, checkpoint, staging, kind, rng)
+        tally = report.kills if outcome == "killed" else report.not_reached
+        tally[kind] = tally.get(kind, 0) + 1
+        report.cycles += 1
+    _run_job(source, table, checkpoint, staging, None, rng)  # drain what is left
+    report.source_files = source.files
+    report.rows_expected = source.next_id
+    _check(report, table, expected=set(range(source.next_id)))
+    report.seconds = round(time.monotonic() - started, 1)
+    return report
+
+
+def _check(report: CampaignReport, table: Path, expected: set[int]) -> None:
+    from deltalake import DeltaTable
+
+    from committers.delta._storage import TableLocation
+    from committers.delta._table import remove_orphan_files
+    from committers.tests._delta_helpers import data_files_on_disk, staging_leftovers
+    from committers.tests._readers import duckdb_rows
+
+    location = TableLocation.of(str(table))
+    report.orphans_removed = len(
+        remove_orphan_files(location, retention_seconds=0, unsafe_allow_short_retention=True)
+    )
+    dt = DeltaTable(str(table))
+    report.table_version = dt.version()
+    by_deltalake = dt.to_pyarrow_dataset().to_table(columns=["id"]).column("id").to_pylist()
+    by_duckdb = [row["id"] for row in duckdb_rows(str(table))]
+    report.rows_deltalake, report.rows_duckdb = len(by_deltalake), len(by_duckdb)
+    report.readable = True
+    for ids in (by_deltalake, by_duckdb):
+        counts = Counter(ids)
+        report.duplicates = max(report.duplicates, sum(n - 1 for n in counts.values()))
+        report.lost = max(report.lost, len(expected - set(counts)))
+        report.unexpected = max(report.unexpected, len(set(counts) - expected))
+    committed = {os.path.relpath(uri.replace("file://", ""), str(table)) for uri in dt.file_uris()}
+    stray = data_files_on_disk(str(table)) - committed
+    report.orphans_left = len(stray) + len(staging_leftovers(str(table)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--cycles", type=int, default=len(KINDS) * 5)
+    parser.add_argument("--staging", choices=("auto", "spark", "arrow"), default="auto")
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="write the report here too")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(f"campaign-{args.seed}-{args.staging}")
+    if workdir.exists() and any(workdir.iterdir()):
+        parser.error(f"{workdir} is not empty: the campaign needs a fresh directory")
+    report = run_campaign(args.seed, args.cycles, workdir, args.staging)
+    text = json.dumps({**asdict(report), "exact": report.exact}, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    sys.exit(0 if report.exact else 1)
+
+
+if __name__ == "__main__":
+    main()

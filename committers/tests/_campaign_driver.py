@@ -1,0 +1,57 @@
+"""The streaming job of the crash-point campaign, run as its own process (group).
+
+Usage: python -m committers.tests._campaign_driver SOURCE TABLE CHECKPOINT STAGING EXTRA
+
+Reads JSON files of unique ids one file per micro-batch into ``DeltaSink(TABLE,
+app_id="campaign", partition_by=["day"], schema_mode="merge")``. The source schema has EXTRA
+more columns ``note1``..``noteN``: the first batch of a run with a new one merges it into the
+table. ``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where the process dies.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from framework._crash import DRIVER_GROUP_VARIABLE
+
+
+def main() -> None:
+    source, table, checkpoint, staging, extra = sys.argv[1:6]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))  # a worker's crash kills us all
+    from pyspark.sql import SparkSession
+
+    from committers.delta import DeltaSink
+    from framework import TwoPhaseSink
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    schema = "id LONG, day STRING" + "".join(f", note{n} STRING" for n in range(1, int(extra) + 1))
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
+    sink = TwoPhaseSink(
+        DeltaSink(
+            table,
+            app_id="campaign",
+            partition_by=["day"],
+            schema_mode="merge",
+            staging=staging,  # type: ignore[arg-type]
+        )
+    )
+    query = sink.write_stream(
+        stream, checkpoint_location=checkpoint, trigger={"availableNow": True}
+    )
+    query.awaitTermination()
+    print("BATCHES", [(b.batch_id, b.status) for b in sink.batches], flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
