@@ -171,7 +171,11 @@ def plan_write(
         UnsupportedTypeError: a column has a type the sink cannot write.
     """
     shape.features.check_writable(table_uri)
-    merged = merge_schemas(shape.arrow_schema(), input_schema, schema_mode, shape.generated_columns)
+    try:
+        table_schema = shape.arrow_schema()
+    except ValueError as err:  # a Delta type the sink has no spelling for (variant, ...)
+        raise UnsupportedTypeError(f"table {table_uri} cannot be written: {err}") from err
+    merged = merge_schemas(table_schema, input_schema, schema_mode, shape.generated_columns)
     added = [f for f in merged if f.name not in shape.schema.names]
     if added and shape.column_mapping:
         raise SchemaMismatchError(

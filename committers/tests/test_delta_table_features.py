@@ -19,7 +19,12 @@ from committers.delta._storage import TableLocation
 from committers.tests._delta_helpers import epoch, stage
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink
-from framework.errors import CommitConflictError, ConstraintViolationError, NullConstraintError
+from framework.errors import (
+    CommitConflictError,
+    ConstraintViolationError,
+    NullConstraintError,
+    UnsupportedTypeError,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -293,6 +298,28 @@ def test_features_the_sink_cannot_honour_are_refused(spark, place, features):
     fs = TableLocation.of(uri, place.options or None).filesystem()
     root = uri.replace("s3://", "") if not place.local else uri
     assert [p for p in fs.find(root) if "/_delta_log/" not in p] == []
+
+
+def test_a_variant_column_is_refused_by_type(spark, place):
+    schema = json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+                {"name": "payload", "type": "variant", "nullable": True, "metadata": {}},
+            ],
+        }
+    )
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["variantType"],
+        "writerFeatures": ["variantType"],
+    }
+    uri = _hand_written_table(place, "variant", protocol, schema)
+    with pytest.raises(UnsupportedTypeError, match="cannot write Delta type 'variant'"):
+        place.sink(uri).write(_frame(spark, [(1,)], "id BIGINT"))
+    assert place.table(uri).version() == 0
 
 
 def test_legacy_writer_version_6_means_identity_columns(spark, place):
