@@ -21,19 +21,11 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))  # a worker's crash kills us all
-    from pyspark.sql import SparkSession
-
     from committers.delta import DeltaSink
+    from committers.tests._spark_helpers import driver_session
     from framework import TwoPhaseSink
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session()
     schema = "id LONG, day STRING" + "".join(f", note{n} STRING" for n in range(1, int(extra) + 1))
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
     sink = TwoPhaseSink(

@@ -12,6 +12,21 @@ from committers.delta._writer import DeltaStagingWriter
 SOURCE_SCHEMA = "id LONG, day STRING"
 
 
+def driver_session():
+    """The local[2] SparkSession of a test driver run as its own process."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def write_source_file(directory: Path, name: str, ids) -> None:
     """One JSON-lines file of the streaming source (written atomically via rename)."""
     directory.mkdir(parents=True, exist_ok=True)

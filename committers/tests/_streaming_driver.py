@@ -28,10 +28,8 @@ def run_job(
     source file per micro-batch; prints ``BATCHES [(batch id, status), ...]`` at the end."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
     from committers.delta import DeltaGlobalCommitter, DeltaSink
-    from committers.tests._spark_helpers import file_stream, run_available_now
+    from committers.tests._spark_helpers import driver_session, file_stream, run_available_now
     from framework import TwoPhaseSink
 
     if kill_at is not None:
@@ -46,14 +44,7 @@ def run_job(
 
         DeltaGlobalCommitter.commit = commit_or_die  # type: ignore[method-assign]
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = driver_session()
     sink = TwoPhaseSink(
         DeltaSink(
             table,
