@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -492,3 +493,21 @@ def test_rows_land_in_their_partitions_with_several_partition_columns(tmp_path):
     rows = read_rows(sink.table_uri)
     expected = data.to_pylist()
     assert sorted(rows, key=lambda r: r["id"]) == expected
+
+
+def test_txn_ids_outlive_a_short_transaction_retention(tmp_path):
+    """delta.setTransactionRetentionDuration expires txn actions by their lastUpdated; the sink
+    writes none, so its replay detection survives any stop, checkpoints included."""
+    sink = make_sink(
+        tmp_path, table_configuration={"delta.setTransactionRetentionDuration": "interval 1 second"}
+    )
+    commit_epoch(sink, epoch(0), [day_batch(0, 10)])
+    commit_epoch(sink, epoch(1), [day_batch(10, 20)])
+    time.sleep(2.5)  # past the retention
+    table = DeltaTable(sink.table_uri)
+    table.create_checkpoint()
+    assert DeltaTable(sink.table_uri).transaction_version("app") == 1
+    committer = sink.create_global_committer()
+    assert committer.is_committed(epoch(1)) and not committer.is_committed(epoch(2))
+    log_text = "".join(p.read_text() for p in (tmp_path / "t" / "_delta_log").glob("*.json"))
+    assert '"txn"' in log_text and "lastUpdated" not in log_text
