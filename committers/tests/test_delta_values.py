@@ -190,3 +190,17 @@ def test_dates_and_timestamps_beyond_year_9999_are_written_without_bounds(spark,
     assert table.column("t").cast(pa.int64()).to_pylist() == [-62135596800000001]
     (stats,) = file_stats(str(tmp_path / "t"))
     assert "minValues" not in stats and stats["nullCount"] == {"id": 0, "d": 0, "t": 0}
+
+
+def test_a_bounded_write_leaves_the_threads_job_group_as_it_was(spark, tmp_path):
+    """The staging jobs run in a job group of their own (so a failed batch can wait for its
+    tasks before cleaning up); the caller's thread gets its own group back."""
+    context = spark.sparkContext
+    _write(tmp_path / "t", spark.range(3).selectExpr("id"))
+    assert context.getLocalProperty("spark.jobGroup.id") is None
+    context.setJobGroup("caller", "the caller's group")
+    try:
+        _write(tmp_path / "u", spark.range(3).selectExpr("id"))
+        assert context.getLocalProperty("spark.jobGroup.id") == "caller"
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)

@@ -32,6 +32,7 @@ from framework.spark._errors import (
 from framework.spark._metrics import BatchMetrics
 from framework.spark._native import StagesWithSpark, is_connect_dataframe
 from framework.spark._plan import apply_input_plan
+from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
 from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function, positional_names
 
 if TYPE_CHECKING:
@@ -490,10 +491,13 @@ class TwoPhaseSink:
             committer.clean_up(epoch)
             return self._record(batch_id, epoch, "skipped", committer)
         started = time.perf_counter()
+        group: str | None = None
         try:
             try:
-                committables, rows, counters = self._stage(df, epoch)
+                with staging_job_group(df) as group:
+                    committables, rows, counters = self._stage(df, epoch)
             except Exception as err:
+                wait_for_tasks_to_end(df, group)  # no late file may follow the clean-up
                 translated = translate_task_error(err)
                 if translated is err:
                     raise
