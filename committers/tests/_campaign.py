@@ -4,7 +4,7 @@ restarted from its checkpoint; at the end the table is checked against its sourc
 
 Usage (``make campaign`` runs it)::
 
-    python -m committers.tests._campaign --seed 7 --cycles 40 [--staging auto|spark|arrow]
+    python -m committers.tests._campaign --seed 7 --cycles 40 [--staging auto|spark|arrow|mixed]
         [--workdir DIR] [--json REPORT.json]
 
 Each cycle adds source files of fresh unique ids, then runs the job with one kill planned: a
@@ -149,6 +149,14 @@ def _run_job(
     return "finished"
 
 
+def _staging_of(staging: str, cycle: int) -> str:
+    """``mixed``: the cycles alternate between Spark's writer and the Python writers, so one
+    table holds batches of both and each crash lands on a run of either."""
+    if staging != "mixed":
+        return staging
+    return ("spark", "arrow")[cycle % 2]
+
+
 def run_campaign(
     seed: int,
     cycles: int,
@@ -171,18 +179,19 @@ def run_campaign(
         plan.extend(round_)
     plan = plan[:cycles]
     source.add_file()
-    _run_job(source, table, checkpoint, staging, None, rng)  # the table exists from here on
-    for kind in plan:
+    first = _staging_of(staging, 0)
+    _run_job(source, table, checkpoint, first, None, rng)  # the table exists from here on
+    for cycle, kind in enumerate(plan):
         for _ in range(rng.randint(1, 3)):
             source.add_file()
         if kind == "schema_merge":
             source.notes += 1  # this run's first batch adds a column
             source.add_file()
-        outcome = _run_job(source, table, checkpoint, staging, kind, rng)
+        outcome = _run_job(source, table, checkpoint, _staging_of(staging, cycle), kind, rng)
         tally = report.kills if outcome == "killed" else report.not_reached
         tally[kind] = tally.get(kind, 0) + 1
         report.cycles += 1
-    _run_job(source, table, checkpoint, staging, None, rng)  # drain what is left
+    _run_job(source, table, checkpoint, first, None, rng)  # drain what is left
     report.source_files = source.files
     report.rows_expected = source.next_id
     _check(report, table, expected=set(range(source.next_id)))
@@ -222,7 +231,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--cycles", type=int, default=len(KINDS) * 5)
-    parser.add_argument("--staging", choices=("auto", "spark", "arrow"), default="auto")
+    parser.add_argument("--staging", choices=("auto", "spark", "arrow", "mixed"), default="auto")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the report here too")
     args = parser.parse_args()

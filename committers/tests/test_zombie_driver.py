@@ -58,7 +58,9 @@ def wait_for_pause(process: subprocess.Popen, log: Path, timeout: float = 180) -
     raise AssertionError("driver never reached the pause")
 
 
-@pytest.mark.parametrize("step", ["before_commit", "commit_write", "after_commit"])
+# Between staging and commit, and at the start of the commit. (After the commit, the zombie
+# only has clean-up left: `make campaign`'s after_commit kills cover the successor's side.)
+@pytest.mark.parametrize("step", ["before_commit", "commit_write"])
 def test_a_resumed_zombie_driver_fails_and_the_table_stays_exact(tmp_path, step):
     src = make_source(tmp_path, FILES, per_file=PER_FILE)
     table, checkpoint = str(tmp_path / "table"), tmp_path / "checkpoint"
