@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -201,8 +202,13 @@ def test_user_metadata_of_a_bounded_write_overrides_the_sinks(spark, tmp_path):
 def test_batch_metrics_reach_the_callback_and_last_progress(spark, tmp_path):
     src, table, checkpoint = make_source(tmp_path, 3, per_file=4), str(tmp_path / "t"), None
     checkpoint = tmp_path / "chk"
-    seen = []
-    sink = TwoPhaseSink(DeltaSink(table, app_id="m"), on_batch=seen.append)
+    seen, lock = [], threading.Lock()  # an exporter's state need not pickle (classic Spark)
+
+    def export(metrics) -> None:
+        with lock:
+            seen.append(metrics)
+
+    sink = TwoPhaseSink(DeltaSink(table, app_id="m"), on_batch=export)
     query = run_available_now(sink, file_stream(spark, src), checkpoint)
     assert query.lastProgress["observedMetrics"]["sparksink"]["rows"] == 4
     observed = [p["observedMetrics"]["sparksink"]["rows"] for p in query.recentProgress]

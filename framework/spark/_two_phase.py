@@ -136,7 +136,8 @@ class TwoPhaseSink:
         on_batch: called with the :class:`BatchMetrics` of every batch and bounded write
             (committed, skipped replay or delivered), on the driver, right after the batch
             ended, e.g. to export them to Prometheus or StatsD. It cannot fail a batch: an
-            exception it raises is logged as a warning and the query goes on.
+            exception it raises is logged as a warning and the query goes on. It may hold
+            locks and clients; only under Spark Connect must it pickle (the server runs it).
 
     Spark Connect: both methods accept DataFrames of a Connect session. A streaming query's
     batches then run in a Python process of the Connect server (one per query run), which gets
@@ -298,7 +299,7 @@ class TwoPhaseSink:
         runner = _StreamingBatchRunner(
             self, committer, offset, checkpoint_location, mode, user_metadata
         )
-        runner.check_picklable()
+        runner.check_picklable(connect=is_connect_dataframe(df))
         install_py4j_log_filter()
         writer = (
             _observe_input_rows(df)
@@ -675,20 +676,25 @@ class _StreamingBatchRunner:
         self.__dict__.update(state)
         self._reset_process_state(None, ready=False)
 
-    def check_picklable(self) -> None:
-        """Raise ``ConfigurationError`` naming the attribute that does not pickle."""
+    def check_picklable(self, *, connect: bool) -> None:
+        """Raise ``ConfigurationError`` naming the attribute that does not pickle: of the sink,
+        which every task gets; under Spark Connect, of this whole function (``on_batch``
+        included), which the server runs. Classic Spark calls it in this process, unpickled."""
         from pyspark import cloudpickle
 
         dumps: Callable[[Any], bytes] = cloudpickle.dumps
         try:
-            dumps(self)
+            dumps(self if connect else self._owner.sink)
         except Exception as err:
-            try:
-                dumps(self._owner)
-            except Exception:
-                where = _unpicklable_part(self._owner, "TwoPhaseSink", dumps)
+            if not connect:
+                where = _unpicklable_part(self._owner.sink, "TwoPhaseSink.sink", dumps)
             else:
-                where = _unpicklable_part(self, "foreachBatch function", dumps)
+                try:
+                    dumps(self._owner)
+                except Exception:
+                    where = _unpicklable_part(self._owner, "TwoPhaseSink", dumps)
+                else:
+                    where = _unpicklable_part(self, "foreachBatch function", dumps)
             raise ConfigurationError(
                 f"the sink must pickle, but {where} does not ({type(err).__name__}: {err}). "
                 "Spark Connect ships the streaming query's foreachBatch function to the Connect "
