@@ -32,6 +32,8 @@ from pathlib import Path
 
 from framework._crash import CRASH_STEPS, CRASH_VARIABLE, LOG_VARIABLE
 
+STORAGE_OPTIONS_VARIABLE = "SPARKSINK_CAMPAIGN_STORAGE_OPTIONS"  # JSON, for the driver
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RANDOM = "random"
 KINDS = (*CRASH_STEPS, RANDOM)
@@ -52,7 +54,7 @@ class CampaignReport:
     source_files: int = 0
     rows_expected: int = 0
     rows_deltalake: int = 0
-    rows_duckdb: int = 0
+    rows_duckdb: int | None = None  # None: not read (DuckDB's delta extension has no S3 here)
     duplicates: int = 0
     lost: int = 0
     unexpected: int = 0
@@ -61,13 +63,17 @@ class CampaignReport:
     table_version: int = -1
     readable: bool = False
     seconds: float = 0.0
+    table: str = "file"  # or "s3"
+    s3_faults: dict[str, int] = field(default_factory=dict)  # injected by the proxy, per kind
+    s3_requests: int = 0  # requests the proxy saw
 
     @property
     def exact(self) -> bool:
         return (
             self.readable
             and self.duplicates == self.lost == self.unexpected == self.orphans_left == 0
-            and self.rows_deltalake == self.rows_duckdb == self.rows_expected
+            and self.rows_deltalake == self.rows_expected
+            and self.rows_duckdb in (None, self.rows_expected)
         )
 
 
@@ -96,18 +102,33 @@ class _Source:
         self.files += 1
 
 
+@dataclass(frozen=True)
+class _Target:
+    """Where the table lives: what the job writes through (``options``, on S3 through the
+    fault proxy) and what the check reads with (``check_options``, straight to the store)."""
+
+    uri: str
+    options: dict[str, str] | None = None
+    check_options: dict[str, str] | None = None
+
+
 def _run_job(
     source: _Source,
-    table: Path,
+    target: _Target,
     checkpoint: Path,
     staging: str,
     kind: str | None,
     rng: random.Random,
 ) -> str:
     """Run the job once; returns ``"killed"``, ``"finished"`` or raises on another failure."""
-    crash_log = table.parent / "crashes.log"
+    crash_log = checkpoint.parent / "crashes.log"
     crash_log.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), LOG_VARIABLE: str(crash_log)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        LOG_VARIABLE: str(crash_log),
+        STORAGE_OPTIONS_VARIABLE: json.dumps(target.options or {}),
+    }
     env.pop(CRASH_VARIABLE, None)
     if kind is not None and kind != RANDOM:
         env[CRASH_VARIABLE] = kind
@@ -116,7 +137,7 @@ def _run_job(
         "-m",
         "committers.tests._campaign_driver",
         str(source.directory),
-        str(table),
+        target.uri,
         str(checkpoint),
         staging,
         str(source.notes),
@@ -163,14 +184,51 @@ def run_campaign(
     workdir: Path,
     staging: str = "auto",
     kinds: tuple[str, ...] = KINDS,
+    s3_fault_rate: float | None = None,
 ) -> CampaignReport:
     """Run ``cycles`` killed runs (planned kills drawn from ``kinds``) and a final clean one;
-    return the checked figures."""
+    return the checked figures. With ``s3_fault_rate``, the table lives on a local S3 server
+    and the job reaches it through the fault proxy at that rate (503 SlowDown, 500, connections
+    dropped before and after the server got the request)."""
+    if s3_fault_rate is None:
+        return _campaign(seed, cycles, workdir, staging, kinds, _Target(str(workdir / "table")))
+    from integration_tests._fault_proxy import FAULT_KINDS, fault_proxy
+    from integration_tests._s3server import s3_server
+
+    with s3_server() as server:
+        bucket = server.create_bucket()
+        with fault_proxy(
+            server.endpoint,
+            fault_rate=s3_fault_rate,
+            seed=seed,
+            methods=("PUT", "POST", "GET", "HEAD", "DELETE"),
+            kinds=FAULT_KINDS,
+        ) as proxy:
+            target = _Target(
+                f"s3://{bucket}/campaign",
+                server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint),
+                server.storage_options(),
+            )
+            report = _campaign(seed, cycles, workdir, staging, kinds, target)
+            report.s3_faults = dict(proxy.faults)
+            report.s3_requests = sum(proxy.requests.values())
+        return report
+
+
+def _campaign(
+    seed: int,
+    cycles: int,
+    workdir: Path,
+    staging: str,
+    kinds: tuple[str, ...],
+    table: _Target,
+) -> CampaignReport:
     started = time.monotonic()
     rng = random.Random(seed)
-    report = CampaignReport(seed=seed, staging=staging)
+    kind_of_store = "s3" if table.uri.startswith("s3://") else "file"
+    report = CampaignReport(seed=seed, staging=staging, table=kind_of_store)
     source = _Source(workdir / "source")
-    table, checkpoint = workdir / "table", workdir / "checkpoint"
+    checkpoint = workdir / "checkpoint"
     # Every step once per round, in a seeded order; the schema grows on schema_merge's turn.
     plan: list[str] = []
     while len(plan) < cycles:
@@ -199,32 +257,43 @@ def run_campaign(
     return report
 
 
-def _check(report: CampaignReport, table: Path, expected: set[int]) -> None:
+def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
+    """Read the table straight from the store (no faults) and count what is wrong."""
     from deltalake import DeltaTable
 
+    from committers.delta._staging import STAGING_DIR
     from committers.delta._storage import TableLocation
     from committers.delta._table import remove_orphan_files
-    from committers.tests._delta_helpers import data_files_on_disk, staging_leftovers
     from committers.tests._readers import duckdb_rows
 
-    location = TableLocation.of(str(table))
+    location = TableLocation.of(table.uri, table.check_options)
     report.orphans_removed = len(
         remove_orphan_files(location, retention_seconds=0, unsafe_allow_short_retention=True)
     )
-    dt = DeltaTable(str(table))
+    dt = DeltaTable(location.uri, storage_options=location.delta_storage_options())
     report.table_version = dt.version()
     by_deltalake = dt.to_pyarrow_dataset().to_table(columns=["id"]).column("id").to_pylist()
-    by_duckdb = [row["id"] for row in duckdb_rows(str(table))]
-    report.rows_deltalake, report.rows_duckdb = len(by_deltalake), len(by_duckdb)
+    readers = [by_deltalake]
+    if location.is_local:  # DuckDB's delta extension here has no S3 (no httpfs)
+        readers.append([row["id"] for row in duckdb_rows(table.uri)])
+        report.rows_duckdb = len(readers[-1])
+    report.rows_deltalake = len(by_deltalake)
     report.readable = True
-    for ids in (by_deltalake, by_duckdb):
+    for ids in readers:
         counts = Counter(ids)
         report.duplicates = max(report.duplicates, sum(n - 1 for n in counts.values()))
         report.lost = max(report.lost, len(expected - set(counts)))
         report.unexpected = max(report.unexpected, len(set(counts) - expected))
-    committed = {os.path.relpath(uri.replace("file://", ""), str(table)) for uri in dt.file_uris()}
-    stray = data_files_on_disk(str(table)) - committed
-    report.orphans_left = len(stray) + len(staging_leftovers(str(table)))
+    # file_uris() are URLs (s3://bucket/key, file:///path); listings are fsspec paths.
+    committed = {location.relative(uri.split("://", 1)[-1]) for uri in dt.file_uris()}
+    on_store = [location.relative(path) for path in location.filesystem().find(location.path())]
+    stray = {
+        path
+        for path in on_store
+        if path.endswith(".parquet") and not path.startswith(("_delta_log/", STAGING_DIR + "/"))
+    } - committed
+    staged = [path for path in on_store if path.startswith(STAGING_DIR + "/")]
+    report.orphans_left = len(stray) + len(staged)
 
 
 def main() -> None:
@@ -233,12 +302,21 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=len(KINDS) * 5)
     parser.add_argument("--staging", choices=("auto", "spark", "arrow", "mixed"), default="auto")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--s3-faults",
+        type=float,
+        default=None,
+        metavar="RATE",
+        help="put the table on a local S3 server behind the fault proxy at this rate (0.1)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the report here too")
     args = parser.parse_args()
     workdir = args.workdir or Path(f"campaign-{args.seed}-{args.staging}")
     if workdir.exists() and any(workdir.iterdir()):
         parser.error(f"{workdir} is not empty: the campaign needs a fresh directory")
-    report = run_campaign(args.seed, args.cycles, workdir, args.staging)
+    report = run_campaign(
+        args.seed, args.cycles, workdir, args.staging, s3_fault_rate=args.s3_faults
+    )
     text = json.dumps({**asdict(report), "exact": report.exact}, indent=2)
     print(text)
     if args.json:

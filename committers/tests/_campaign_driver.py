@@ -5,14 +5,17 @@ Usage: python -m committers.tests._campaign_driver SOURCE TABLE CHECKPOINT STAGI
 Reads JSON files of unique ids one file per micro-batch into ``DeltaSink(TABLE,
 app_id="campaign", partition_by=["day"], schema_mode="merge")``. The source schema has EXTRA
 more columns ``note1``..``noteN``: the first batch of a run with a new one merges it into the
-table. ``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where the process dies.
+table. Storage options (S3 campaigns) come as JSON in ``SPARKSINK_CAMPAIGN_STORAGE_OPTIONS``.
+``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where the process dies.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
+from committers.tests._campaign import STORAGE_OPTIONS_VARIABLE
 from framework._crash import DRIVER_GROUP_VARIABLE
 
 
@@ -35,6 +38,7 @@ def main() -> None:
             partition_by=["day"],
             schema_mode="merge",
             staging=staging,  # type: ignore[arg-type]
+            storage_options=json.loads(os.environ.get(STORAGE_OPTIONS_VARIABLE, "{}")) or None,
         )
     )
     query = sink.write_stream(
