@@ -39,6 +39,7 @@ from committers.delta._table import (
     COMMIT_RUN_ID,
     COMMIT_WRITER,
     file_mtime,
+    is_data_file_candidate,
     plain_error_text,
     referenced_paths,
     remove_orphan_files,
@@ -500,7 +501,7 @@ def _staged_leftovers(location: TableLocation, table: DeltaTable, now: float) ->
             with contextlib.suppress(FileNotFoundError):
                 for named in read_manifest(location, location.path(relative)).files:
                     owners.setdefault(named, owner)
-    data = {r for r in listing if _is_data_candidate(r) or r in owners}
+    data = {r for r in listing if is_data_file_candidate(r) or r in owners}
     for relative in sorted(data - _referenced(location, table, data)):
         if relative in owners:
             entries.append(_leftover(relative, "staged", listing[relative], now, owners[relative]))
@@ -523,11 +524,6 @@ def _listing(location: TableLocation) -> dict[str, Mapping[str, Any]]:
 
 def _file_bytes(info: Mapping[str, Any]) -> int:
     return int(info.get("size") or 0)
-
-
-def _is_data_candidate(relative: str) -> bool:
-    """Parquet files remove-orphans considers: outside the log and hidden directories."""
-    return relative.endswith(".parquet") and not relative.split("/", 1)[0].startswith((".", "_"))
 
 
 def _referenced(location: TableLocation, table: DeltaTable, paths: set[str]) -> set[str]:

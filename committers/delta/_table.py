@@ -33,6 +33,7 @@ __all__ = [
     "added_paths",
     "file_mtime",
     "find_commit",
+    "is_data_file_candidate",
     "open_table",
     "referenced_paths",
     "remove_orphan_files",
@@ -210,6 +211,12 @@ def referenced_paths(location: TableLocation) -> set[str]:
 MIN_ORPHAN_RETENTION_SECONDS = 3600.0
 
 
+def is_data_file_candidate(relative: str) -> bool:
+    """Whether ``remove_orphan_files`` considers the file at ``relative`` (to the table root)
+    as data: a Parquet file outside the log and other ``_``/``.`` directories."""
+    return relative.endswith(".parquet") and not relative.split("/", 1)[0].startswith((".", "_"))
+
+
 def remove_orphan_files(
     location: TableLocation,
     *,
@@ -263,7 +270,7 @@ def remove_orphan_files(
             elif file_mtime(info) <= cutoff:
                 candidates[relative] = full
             continue
-        if top.startswith((".", "_")) or not relative.endswith(".parquet"):
+        if not is_data_file_candidate(relative):
             continue
         if file_mtime(info) <= cutoff:
             candidates[relative] = full
