@@ -51,6 +51,7 @@ __all__ = ["FAULT_KINDS", "FaultProxy", "fault_proxy"]
 FAULT_KINDS = ("slowdown", "internal", "drop_before", "drop_after")
 
 _CONTROL = "/__fault_proxy__/"
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -93,6 +94,9 @@ class FaultProxy:
         ignore_if_none_match: strip ``If-None-Match`` from PUTs (needs the credentials).
         reject_if_none_match: answer PUTs carrying ``If-None-Match`` with 501.
         access_key, secret_key, region: used only to re-sign stripped requests.
+        key_expiry: access key id -> Unix time from which requests signed with it are refused
+            with ``400 ExpiredToken``, as S3 answers an expired STS session (counted as the
+            fault kind ``expired``).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class FaultProxy:
         access_key: str | None = None,
         secret_key: str | None = None,
         region: str = "us-east-1",
+        key_expiry: dict[str, float] | None = None,
     ) -> None:
         self.config: dict[str, Any] = {
             "upstream": upstream,
@@ -126,6 +131,7 @@ class FaultProxy:
             "access_key": access_key,
             "secret_key": secret_key,
             "region": region,
+            "key_expiry": dict(key_expiry or {}),
         }
         _ProxyCore(self.config)  # validate here, in the caller's process
         self._process: subprocess.Popen[bytes] | None = None
@@ -262,6 +268,7 @@ class _ProxyCore:
         self.access_key = config["access_key"]
         self.secret_key = config["secret_key"]
         self.region = config["region"]
+        self.key_expiry: dict[str, float] = dict(config.get("key_expiry") or {})
         self.fault_rate = float(config["fault_rate"])
         self.rng = random.Random(config["seed"])
         self.lock = threading.Lock()
@@ -285,6 +292,16 @@ class _ProxyCore:
                 kind = self.rng.choice(self.kinds)
             self.faults[kind] += 1
             return kind
+
+    def expired(self, authorization: str | None) -> bool:
+        """Whether a request signed as ``authorization`` (a SigV4 header) uses an expired key."""
+        found = _CREDENTIAL.search(authorization or "")
+        expiry = self.key_expiry.get(found.group(1)) if found else None
+        if expiry is None or time.time() < expiry:
+            return False
+        with self.lock:
+            self.faults["expired"] += 1
+        return True
 
     def stats(self) -> dict[str, dict[str, int]]:
         with self.lock:
@@ -430,6 +447,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
         except (OSError, ValueError):
             self._drop()
+            return
+        if core.expired(self.headers.get("Authorization")):
+            self._error(400, "ExpiredToken", "The provided token has expired.")
             return
         fault = core.draw(self.command, self.path)
         if fault == "drop_before":

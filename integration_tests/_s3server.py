@@ -49,6 +49,7 @@ MINIO_IMAGE = "minio/minio:RELEASE.2025-03-12T18-04-18Z"
 
 _STARTUP_TIMEOUT = 60.0
 _DOCKER_PING_TIMEOUT = 3
+_TEMPORARY_KEYS = 64
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class S3Server:
     access_key: str
     secret_key: str = field(repr=False)
     region: str = "us-east-1"
+    #: Further (access key, secret key) pairs with the same rights, standing in for the
+    #: short-lived keys an STS would issue (empty when the server was not started here).
+    temporary_keys: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def storage_options(self, **overrides: str) -> dict[str, str]:
         """delta-rs style options reaching this server."""
@@ -220,6 +224,7 @@ def _seaweedfs() -> Iterator[S3Server]:
         )
     access_key = "sinktest"
     secret_key = uuid.uuid4().hex
+    temporary = tuple((f"SINKTEMP{i:04d}", uuid.uuid4().hex) for i in range(_TEMPORARY_KEYS))
     with tempfile.TemporaryDirectory(prefix="sink-seaweedfs-") as tmp:
         config = Path(tmp) / "s3.json"
         config.write_text(
@@ -230,7 +235,14 @@ def _seaweedfs() -> Iterator[S3Server]:
                             "name": "sinktest",
                             "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
                             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                        }
+                        },
+                        {
+                            "name": "sinktemp",
+                            "credentials": [
+                                {"accessKey": key, "secretKey": secret} for key, secret in temporary
+                            ],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        },
                     ]
                 }
             )
@@ -273,6 +285,7 @@ def _seaweedfs() -> Iterator[S3Server]:
                 endpoint=f"http://127.0.0.1:{ports['s3']}",
                 access_key=access_key,
                 secret_key=secret_key,
+                temporary_keys=temporary,
             )
             try:
                 _wait_until_ready(server, lambda p=proc: p.poll() is None, _STARTUP_TIMEOUT)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,7 +39,7 @@ from committers.delta._staging import (
     manifest_task_attempt,
     read_manifests,
 )
-from committers.delta._storage import TableLocation
+from committers.delta._storage import ResolvedCredentials, TableLocation
 from committers.delta._table import (
     COMMIT_APP_ID,
     COMMIT_EPOCH_ID,
@@ -108,6 +109,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._log_cleanup_every = log_cleanup_every
         self._user_metadata = user_metadata
         self._table: DeltaTable | None = None
+        self._credentials: ResolvedCredentials | None = None  # those self._table holds
         self._versions: dict[tuple[str, str, int], int] = {}  # table version holding an epoch
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
@@ -118,19 +120,36 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
 
     def table(self) -> DeltaTable | None:
         """The table handle, advanced to the latest version; ``None`` while no table exists
-        (the first commit creates it)."""
-        if self._table is not None:
+        (the first commit creates it).
+
+        delta-rs keeps the credentials a handle was built with, so a handle whose S3
+        credentials expire (STS, SSO, instance roles, ``credential_process``) is rebuilt with
+        freshly resolved ones before they do (:attr:`ResolvedCredentials.renew_at`).
+        """
+        if self._table is not None and not self._credentials_due():
             try:
                 self._table.update_incremental()
                 return self._table
             except DeltaError as err:
                 # e.g. the handle is older than log files cleaned up since: load afresh.
                 log.info("reloading %s after failed incremental update: %s", self._location, err)
-        uri, options = self._location.uri, self._location.delta_storage_options()
+        renewing = self._table is not None and self._credentials_due()
+        credentials = self._location.resolve_credentials() if self._location.is_s3 else None
+        if renewing and credentials is not None:
+            log.info(
+                "renewed credentials for %s: %s", self._location, credentials.identity.describe()
+            )
+        uri, options = self._location.uri, self._location.delta_storage_options(credentials)
+        self._table, self._credentials = None, credentials
         if not DeltaTable.is_deltatable(uri, storage_options=options):
             return None
         self._table = DeltaTable(uri, storage_options=options)
         return self._table
+
+    def _credentials_due(self) -> bool:
+        """Whether the handle's credentials are due for renewal."""
+        renew_at = None if self._credentials is None else self._credentials.renew_at
+        return renew_at is not None and time.time() >= renew_at
 
     def last_committed_epoch(self, app_id: str) -> int | None:
         """The newest epoch id the table records for ``app_id``, or ``None``."""
@@ -191,7 +210,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             # would only repeat a listing of the log: a commit of the same app id landing in
             # between is still caught by delta-rs's conflict check.
             table: DeltaTable | None = self._table
-            if attempts > 1 or self._checked_epoch != _key(epoch) or table is None:
+            if (
+                attempts > 1
+                or self._checked_epoch != _key(epoch)
+                or table is None
+                or self._credentials_due()  # staging took long: renew before committing
+            ):
                 table = self.table()
             if table is None:
                 if self._create_with(committable):

@@ -34,7 +34,7 @@ from committers.delta._schema import (
     normalize_schema,
 )
 from committers.delta._spark_staging import SparkParquetStager, hadoop_can_write
-from committers.delta._storage import TableLocation
+from committers.delta._storage import CredentialIdentity, TableLocation
 from committers.delta._table import open_table, remove_orphan_files
 from committers.delta._writer import DeltaStagingWriter
 from framework._foreign_options import refuse_unknown_options
@@ -199,6 +199,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         self.user_metadata = user_metadata
         self.unsafe_skip_conditional_put_check = unsafe_skip_conditional_put_check
         self._input_schema: pa.Schema | None = None
+        self._driver_identity: CredentialIdentity | None = None
         self._bytes_per_row: float | None = None
         self._plan: WritePlan | None = None
 
@@ -229,6 +230,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         schema = normalize_schema(input_schema)
         # S3 only (a no-op elsewhere); with the override it logs a loud warning instead.
         verify_conditional_put(self.location, skip=self.unsafe_skip_conditional_put_check)
+        if self.location.is_s3:  # what the executors' credentials are checked against
+            self._driver_identity = self.location.resolve_credentials().identity
         table = open_table(self.location)
         self._bytes_per_row = None if table is None else _bytes_per_row(table)
         if table is None:
@@ -258,7 +261,17 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         return self._prepared()[1].input_plan
 
     def create_writer(self, context: WriterContext) -> DeltaStagingWriter:
+        """A staging writer for one task.
+
+        Raises:
+            ConfigurationError: on S3, this process resolves no credentials or other
+                long-lived keys than the driver (see
+                :meth:`CredentialIdentity.check_same_principal`).
+        """
         _, plan = self._prepared()
+        if self._driver_identity is not None:
+            identity = self.location.resolve_credentials().identity
+            identity.check_same_principal(self._driver_identity, self.location.uri)
         return DeltaStagingWriter(context, self.location, plan.layout, self.options)
 
     def spark_stager(self, df: DataFrame) -> SparkParquetStager | None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,9 +57,13 @@ import fsspec
 from framework.errors import ConfigurationError
 
 __all__ = [
+    "CREDENTIAL_RENEW_MARGIN",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_S3_MAX_ATTEMPTS",
+    "EXPLICIT_CREDENTIALS",
     "SECRET_OPTIONS",
+    "CredentialIdentity",
+    "ResolvedCredentials",
     "StorageOptions",
     "TableLocation",
 ]
@@ -329,6 +334,95 @@ def _resolve_s3(options: dict[str, str], environ: Mapping[str, str]) -> dict[str
     return resolved
 
 
+#: Method of :class:`ResolvedCredentials` given in the storage options.
+EXPLICIT_CREDENTIALS = "explicit"
+#: Rebuild a client holding expiring credentials this long before they expire at the latest
+#: (earlier for short-lived ones: once half their lifetime is gone).
+CREDENTIAL_RENEW_MARGIN = 300.0
+
+
+@dataclass(frozen=True)
+class ResolvedCredentials:
+    """S3 credentials as resolved in one process at one moment.
+
+    Attributes:
+        values: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``
+            (empty when nothing was found); hidden from ``repr``.
+        method: where they came from: ``"explicit"`` (storage options) or botocore's provider
+            name (``"env"``, ``"shared-credentials-file"``, ``"custom-process"``,
+            ``"assume-role"``, ``"iam-role"``, ...); ``None`` when nothing was found.
+        expires_at: Unix time at which they expire; ``None`` for credentials that do not.
+        resolved_at: Unix time of the resolution.
+    """
+
+    values: Mapping[str, str] = field(repr=False)
+    method: str | None
+    expires_at: float | None = None
+    resolved_at: float = field(default_factory=time.time)
+
+    @property
+    def identity(self) -> CredentialIdentity:
+        """Who these credentials are, without any secret (safe to pickle and log)."""
+        return CredentialIdentity(self.method, self.values.get("AWS_ACCESS_KEY_ID"))
+
+    @property
+    def renew_at(self) -> float | None:
+        """When a client holding these credentials should be rebuilt with fresh ones: half
+        their lifetime, at most :data:`CREDENTIAL_RENEW_MARGIN` before expiry; ``None`` if
+        they never expire."""
+        if self.expires_at is None:
+            return None
+        lifetime = max(0.0, self.expires_at - self.resolved_at)
+        return self.expires_at - min(CREDENTIAL_RENEW_MARGIN, lifetime / 2)
+
+
+#: botocore providers of long-lived keys: every process reading them gets the same key id.
+_STATIC_METHODS = frozenset({"env", "shared-credentials-file", "config-file", "boto-config"})
+
+
+@dataclass(frozen=True)
+class CredentialIdentity:
+    """Where a process's S3 credentials come from and their access key id (not a secret)."""
+
+    method: str | None
+    access_key_id: str | None
+
+    def describe(self) -> str:
+        """Loggable: the source and a shortened key id."""
+        if self.method is None:
+            return "no credentials"
+        key = self.access_key_id or ""
+        shown = f"{key[:4]}...{key[-4:]}" if len(key) > 12 else "***"
+        return f"access key {shown} from {self.method}"
+
+    def check_same_principal(self, driver: CredentialIdentity, uri: str) -> None:
+        """Fail if this process (an executor) would stage under another identity than the
+        driver commits with.
+
+        Keys from roles, SSO or a credential process legitimately differ between processes;
+        long-lived keys (environment, credentials files) and their absence do not.
+
+        Raises:
+            ConfigurationError: the executor finds no credentials while the driver does, or
+                other long-lived keys. Typically the driver's ``os.environ`` was given them
+                after the SparkSession started, which executors never see.
+        """
+        if driver.method is None or driver.method == EXPLICIT_CREDENTIALS:
+            return
+        if self.method is not None and (
+            self.access_key_id == driver.access_key_id
+            or (self.method not in _STATIC_METHODS and driver.method not in _STATIC_METHODS)
+        ):
+            return
+        raise ConfigurationError(
+            f"the Spark executors staging {uri} find {self.describe()}, but the driver "
+            f"commits with {driver.describe()}. Credentials set in the driver's environment "
+            "after the SparkSession started never reach the executors: set them before "
+            "creating the session, make them available on every node (spark.executorEnv.*, "
+            "a profile or an instance role), or pass them as storage_options."
+        )
+
+
 @dataclass(frozen=True)
 class TableLocation:
     """A table root plus the storage options needed to reach it.
@@ -417,40 +511,61 @@ class TableLocation:
         """The storage options with secret values replaced by ``***`` (safe to log)."""
         return self.storage_options.redacted()
 
-    def _s3_credentials(self) -> dict[str, str]:
-        """Explicit credentials, else those botocore's standard chain resolves in this process."""
+    def resolve_credentials(self) -> ResolvedCredentials:
+        """The S3 credentials this process uses: the explicit ones of the storage options, else
+        those botocore's standard chain resolves here and now (a fresh resolution each call,
+        so credentials that expire are renewed by calling again).
+
+        Raises:
+            ConfigurationError: the chain fails (e.g. an unknown profile, a failing
+                ``credential_process``); the message names the profile, never a secret.
+        """
         opts = self.storage_options
         if opts.get("AWS_ACCESS_KEY_ID") and opts.get("AWS_SECRET_ACCESS_KEY"):
-            creds = {
+            values = {
                 "AWS_ACCESS_KEY_ID": opts["AWS_ACCESS_KEY_ID"],
                 "AWS_SECRET_ACCESS_KEY": opts["AWS_SECRET_ACCESS_KEY"],
             }
             if opts.get("AWS_SESSION_TOKEN"):
-                creds["AWS_SESSION_TOKEN"] = opts["AWS_SESSION_TOKEN"]
-            return creds
+                values["AWS_SESSION_TOKEN"] = opts["AWS_SESSION_TOKEN"]
+            return ResolvedCredentials(values, method=EXPLICIT_CREDENTIALS)
         import botocore.session
 
         try:
             session = botocore.session.Session(profile=opts.get("AWS_PROFILE"))
             found = session.get_credentials()
+            frozen = None if found is None else found.get_frozen_credentials()
         except Exception as err:  # e.g. ProfileNotFound: name the profile, never a secret
             raise ConfigurationError(
                 f"cannot resolve AWS credentials for {self.uri}: {type(err).__name__}: {err}"
             ) from err
-        if found is None:
-            return {}  # anonymous / left to delta-rs's own chain
-        frozen = found.get_frozen_credentials()
-        creds = {"AWS_ACCESS_KEY_ID": frozen.access_key, "AWS_SECRET_ACCESS_KEY": frozen.secret_key}
+        if found is None or frozen is None:
+            return ResolvedCredentials({}, method=None)  # anonymous / delta-rs's own chain
+        values = {
+            "AWS_ACCESS_KEY_ID": frozen.access_key,
+            "AWS_SECRET_ACCESS_KEY": frozen.secret_key,
+        }
         if frozen.token:
-            creds["AWS_SESSION_TOKEN"] = frozen.token
-        return creds
+            values["AWS_SESSION_TOKEN"] = frozen.token
+        # botocore keeps the expiry of refreshable credentials (STS, credential_process, SSO,
+        # container and instance roles) only in this private attribute.
+        expiry = getattr(found, "_expiry_time", None)
+        return ResolvedCredentials(
+            values,
+            method=str(getattr(found, "method", "") or "unknown"),
+            expires_at=expiry.timestamp() if expiry is not None else None,
+        )
 
-    def delta_storage_options(self) -> dict[str, str]:
+    def delta_storage_options(
+        self, credentials: ResolvedCredentials | None = None
+    ) -> dict[str, str]:
         """Options for delta-rs (``DeltaTable(..., storage_options=...)``).
 
-        For S3 the result always names the credentials staging uses (explicit, or resolved by
-        botocore's chain in this process) and the connect timeout; ``AWS_PROFILE`` is replaced
-        by the credentials it resolves to. Contains secrets: never log it.
+        For S3 the result always names the credentials staging uses (``credentials``, else
+        :meth:`resolve_credentials` now) and the connect timeout; ``AWS_PROFILE`` is replaced
+        by the credentials it resolves to. delta-rs keeps these values for the life of a
+        handle: a long-lived handle must be rebuilt before they expire
+        (:attr:`ResolvedCredentials.renew_at`). Contains secrets: never log it.
 
         Raises:
             ConfigurationError: a named profile cannot be resolved.
@@ -459,7 +574,7 @@ class TableLocation:
         if not self.is_s3:
             return options
         options.pop("AWS_PROFILE", None)
-        options.update(self._s3_credentials())
+        options.update((credentials or self.resolve_credentials()).values)
         options.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
         return options
 

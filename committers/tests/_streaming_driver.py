@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 STAGING_VARIABLE = "DELTA_SINK_TEST_STAGING"  # set by the each_staging fixture
@@ -23,9 +24,11 @@ def run_job(
     checkpoint: str,
     kill_at: int | None = None,
     storage_options: dict[str, str] | None = None,
+    batch_pause: float = 0.0,
 ) -> None:
     """Run the job: ``DeltaSink(table, app_id="killed-driver", partition_by=["day"])`` fed one
-    source file per micro-batch; prints ``BATCHES [(batch id, status), ...]`` at the end."""
+    source file per micro-batch, sleeping ``batch_pause`` seconds after each; prints
+    ``BATCHES [(batch id, status), ...]`` at the end."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from committers.delta import DeltaGlobalCommitter, DeltaSink
@@ -52,7 +55,8 @@ def run_job(
             partition_by=["day"],
             storage_options=storage_options,
             staging=os.environ.get(STAGING_VARIABLE, "auto"),  # type: ignore[arg-type]
-        )
+        ),
+        on_batch=(lambda _metrics: time.sleep(batch_pause)) if batch_pause else None,
     )
     run_available_now(sink, file_stream(spark, Path(source)), Path(checkpoint))
     print("BATCHES", [(b.batch_id, b.status) for b in sink.batches])

@@ -12,7 +12,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from committers.delta._storage import (
+    CREDENTIAL_RENEW_MARGIN,
     DEFAULT_S3_MAX_ATTEMPTS,
+    CredentialIdentity,
+    ResolvedCredentials,
     StorageOptions,
     TableLocation,
     parse_duration,
@@ -213,6 +216,52 @@ def test_unknown_profile_is_a_configuration_error(clean_aws_env: Path) -> None:
     location = TableLocation.of("s3://b/t", {"AWS_PROFILE": "nope", "AWS_REGION": "us-east-1"})
     with pytest.raises(ConfigurationError, match="cannot resolve AWS credentials"):
         location.delta_storage_options()
+
+
+def test_expiring_credentials_say_when_to_renew(clean_aws_env: Path) -> None:
+    """A credential_process key with an Expiration is resolved with it, and renewed after half
+    its lifetime, or CREDENTIAL_RENEW_MARGIN before it expires, whichever is first."""
+    from integration_tests._rotating_credentials import PROFILE, RotatingCredentials
+
+    rotating = RotatingCredentials((("AKIATEMPORARY0001", "secret-1"),), 3600.0, clean_aws_env)
+    location = TableLocation.of(
+        "s3://b/t",
+        {"AWS_PROFILE": PROFILE, "AWS_REGION": "us-east-1"},
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_CONFIG_FILE", str(rotating.config))
+        resolved = location.resolve_credentials()
+    assert resolved.method == "custom-process"
+    assert resolved.identity == CredentialIdentity("custom-process", "AKIATEMPORARY0001")
+    assert resolved.expires_at == pytest.approx(rotating.start + 7200.0, abs=1.0)
+    assert resolved.renew_at == pytest.approx(resolved.expires_at - CREDENTIAL_RENEW_MARGIN)
+    assert "secret-1" not in repr(resolved)
+    short = ResolvedCredentials({}, method="sso", expires_at=1010.0, resolved_at=1000.0)
+    assert short.renew_at == 1005.0
+    assert ResolvedCredentials({}, method="env").renew_at is None
+
+
+@pytest.mark.parametrize(
+    ("driver", "task", "accepted"),
+    [
+        (("env", "AKIADRIVERKEY0001"), ("env", "AKIADRIVERKEY0001"), True),
+        (("env", "AKIADRIVERKEY0001"), (None, None), False),
+        (("env", "AKIADRIVERKEY0001"), ("shared-credentials-file", "AKIAOTHERKEY00002"), False),
+        (("iam-role", "ASIADRIVER000001"), ("iam-role", "ASIATASK00000002"), True),
+        (("custom-process", "ASIADRIVER000001"), (None, None), False),
+        (("explicit", "AKIADRIVERKEY0001"), (None, None), True),
+        ((None, None), (None, None), True),
+    ],
+)
+def test_executors_must_stage_as_the_driver_commits(driver, task, accepted) -> None:
+    check = lambda: CredentialIdentity(*task).check_same_principal(  # noqa: E731
+        CredentialIdentity(*driver), "s3://b/t"
+    )
+    if accepted:
+        check()
+    else:
+        with pytest.raises(ConfigurationError, match="after the SparkSession started"):
+            check()
 
 
 def test_no_credentials_anywhere_leaves_them_out(clean_aws_env: Path) -> None:
