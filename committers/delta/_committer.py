@@ -10,6 +10,7 @@ exactly one of two racing commits of the same app id win.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
@@ -26,9 +27,11 @@ from deltalake import (
 )
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from committers.delta._committable import DeltaCommittable, StagedFile
+from committers.delta._protocol import UnsupportedTableFeatureError
+from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._rules import TableShape, WritePlan, new_table_schema, plan_write
 from committers.delta._schema import SchemaMode, merge_schemas
@@ -48,6 +51,7 @@ from committers.delta._table import (
     CommitRecord,
     added_paths,
     find_commit,
+    removal_path,
 )
 from committers.delta._upload import abort_incomplete_uploads
 from framework._crash import crash_point
@@ -99,8 +103,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         backoff: Backoff = COMMIT_BACKOFF,
         log_cleanup_every: int = LOG_CLEANUP_EVERY,
         user_metadata: str | None = None,
+        overwrite: bool = False,
+        replace_where: ReplaceWhere | None = None,
     ) -> None:
         self._location = location
+        self._overwrite = overwrite
+        self._replace_where = replace_where
         self._plan = plan
         self._input_schema = input_schema
         self._schema_mode = schema_mode
@@ -228,17 +236,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 return
             self._check_plan(self._evolve_schema(table), epoch)
             read_version = table.version()
-            # Complete mode: delta-rs's overwrite removes every file of this snapshot.
-            replaced = len(table.file_uris()) if epoch.output_mode == "complete" else 0
             crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
-            table.create_write_transaction(
-                [_add_action(f) for f in committable.files],
-                mode="overwrite" if epoch.output_mode == "complete" else "append",
-                schema=table.schema(),
-                partition_by=list(self._plan.shape.partition_by) or None,
-                commit_properties=self._commit_properties(committable, removed_files=replaced),
-                post_commithook_properties=_POST_COMMIT,
-            )
+            self._write_commit(table, committable)
             version = self._version_of_commit(table, read_version, epoch)
             self._clean_expired_logs(table, committed_version=version or read_version + 1)
             self._remember(committable, version=version)
@@ -265,6 +264,69 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             ) from err.__cause__
         finally:
             self._checked_epoch = None
+
+    def _write_commit(self, table: DeltaTable, committable: DeltaCommittable) -> None:
+        """One Delta commit of the epoch's files, on top of ``table``'s snapshot.
+
+        An append may land on a newer version (delta-rs rebases it past concurrent commits
+        that do not conflict). A commit that replaces data (complete mode, ``mode=
+        "overwrite"``) removes exactly what this snapshot holds, so it must land right on top
+        of it: delta-rs may not rebase it, and a concurrent commit fails it with
+        ``CommitFailedError``, which the caller's reconciliation retries on a fresh snapshot
+        (the staged files are reused; nothing is staged again).
+        """
+        epoch = committable.epoch
+        actions: list[AddAction | RemoveAction] = [_add_action(f) for f in committable.files]
+        replacing = self._overwrite or epoch.output_mode == "complete"
+        if self._replace_where is not None:
+            removes = self._files_replaced(table)
+            removed, actions = len(removes), [*removes, *actions]
+        elif replacing:  # delta-rs's overwrite removes every file of the snapshot
+            removed = len(table.file_uris())
+        else:
+            removed = 0
+        table.create_write_transaction(
+            actions,
+            mode="overwrite" if replacing and self._replace_where is None else "append",
+            schema=table.schema(),
+            partition_by=list(self._plan.shape.partition_by) or None,
+            commit_properties=self._commit_properties(
+                committable, removed_files=removed, retries=0 if replacing else None
+            ),
+            post_commithook_properties=_POST_COMMIT,
+        )
+
+    def _files_replaced(self, table: DeltaTable) -> list[RemoveAction]:
+        """Remove actions for the files of ``table``'s snapshot whose partition values
+        ``replace_where`` matches (without partition values: ``extendedFileMetadata`` false,
+        as the protocol allows).
+
+        Raises:
+            UnsupportedTableFeatureError: a matching file's path is logged in a spelling
+                delta-rs cannot reproduce in a remove (another writer encoded it
+                differently): the overwrite could not remove it, so it is refused.
+        """
+        assert self._replace_where is not None
+        now = int(time.time() * 1000)
+        removes = []
+        for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+            partition = {
+                name[len("partition.") :]: value
+                for name, value in f.items()
+                if name.startswith("partition.")
+            }
+            if not self._replace_where.matches(partition):
+                continue
+            path = removal_path(f["path"])
+            if path is None:
+                raise UnsupportedTableFeatureError(
+                    f"cannot overwrite {self._location.uri} where {self._replace_where.text}: "
+                    f"the log spells file {f['path']!r} in a URL encoding delta-rs cannot "
+                    "write in a remove action, so the file would stay. Nothing was "
+                    "committed; rewrite the partition with the tool that wrote it."
+                )
+            removes.append(RemoveAction(path, True, now, f["size_bytes"]))
+        return removes
 
     def _holds(self, table: DeltaTable | None, epoch: Epoch) -> bool:
         """Whether ``table`` already holds ``epoch`` (before a commit, or to reconcile one).
@@ -374,8 +436,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             COMMIT_WRITER: epoch.writer_identity,
             COMMIT_RUN_ID: epoch.run_id,
             # A replay check reads only txns; complete mode replaces what it read.
-            "isBlindAppend": epoch.output_mode == "append",
-            "operationParameters": _operation_parameters(epoch),
+            "isBlindAppend": epoch.output_mode == "append" and not self._overwrite,
+            "operationParameters": _operation_parameters(epoch, self._replace_where),
             "operationMetrics": {  # strings, as delta-spark writes them
                 "numFiles": str(len(files)),
                 "numAddedFiles": str(len(files)),
@@ -434,6 +496,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 input can no longer be written at all.
         """
         current = plan_write(shape, self._input_schema, self._schema_mode, self._location.uri)
+        if self._replace_where is not None:
+            current, _ = with_replace_where(current, self._replace_where, self._location.uri)
         staged = self._plan
         if (current.input_plan, current.layout) == (staged.input_plan, staged.layout):
             return
@@ -543,10 +607,14 @@ def _key(epoch: Epoch) -> tuple[str, str, int]:
 _POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
-def _operation_parameters(epoch: Epoch) -> dict[str, str]:
-    """delta-spark's STREAMING UPDATE parameters (merged into delta-rs's own ``mode``)."""
+def _operation_parameters(epoch: Epoch, replace_where: ReplaceWhere | None) -> dict[str, str]:
+    """delta-spark's STREAMING UPDATE parameters, or a replaceWhere's ``predicate`` (merged
+    into delta-rs's own ``mode``)."""
     if epoch.bounded:
-        return {"epochId": str(epoch.epoch_id)}
+        parameters = {"epochId": str(epoch.epoch_id)}
+        if replace_where is not None:
+            parameters["predicate"] = json.dumps([replace_where.text])
+        return parameters
     parameters = {"outputMode": epoch.output_mode.capitalize(), "epochId": str(epoch.epoch_id)}
     if epoch.query_id is not None:
         parameters["queryId"] = epoch.query_id

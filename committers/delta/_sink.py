@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 
 from committers.delta._committable import DeltaCommittable, StagedFile, StagedFileSerializer
 from committers.delta._committer import DeltaGlobalCommitter
+from committers.delta._compact import CompactionResult, PartitionFilter, compact_table
 from committers.delta._delta_schema import walk
 from committers.delta._options import (
     DEFAULT_COMPRESSION,
@@ -25,6 +26,7 @@ from committers.delta._options import (
     DEFAULT_UPLOAD_PART_SIZE,
     WriterOptions,
 )
+from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
 from committers.delta._s3safety import verify_conditional_put
 from committers.delta._schema import (
@@ -42,10 +44,11 @@ from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
 from framework.sink import InputPlan, OutputMode, Sink, WriterContext
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("committers.delta")
 Staging = Literal["auto", "spark", "arrow"]
+WriteMode = Literal["append", "overwrite"]
 
 __all__ = ["DeltaSink"]
 
@@ -75,8 +78,7 @@ def _check_app_id(app_id: str | None) -> None:
 DELTA_SPARK_SPELLINGS = {
     "mergeSchema": "use schema_mode='merge' to add the input's new columns to the table",
     "merge_schema": "use schema_mode='merge' to add the input's new columns to the table",
-    "mode": "the sink appends; TwoPhaseSink(...).write(df) for a bounded DataFrame, "
-    "write_stream(df, checkpoint_location=...) for a stream",
+    "replaceWhere": "use mode='overwrite', replace_where='...'",
     "options": "pass each option as a keyword argument of DeltaSink, and storage settings as "
     "storage_options={...} (AWS_ENDPOINT_URL, AWS_REGION, ...)",
     "partitionBy": "use partition_by=[...]",
@@ -123,6 +125,12 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             ``userMetadata`` writer option), shown by ``DeltaTable.history()`` and
             ``DESCRIBE HISTORY``; ``write(df, user_metadata=...)`` and
             ``write_stream(..., user_metadata=...)`` override it.
+        mode: ``"append"`` (default) adds the rows; ``"overwrite"`` (bounded ``write(df)``
+            only) replaces, in the same single transaction, every row the table holds, or
+            with ``replace_where`` only its matching partitions.
+        replace_where: with ``mode="overwrite"``, a Spark SQL predicate on partition columns
+            (e.g. ``"day = '2026-11-21'"``; see ``_replace_where.py`` for what it accepts).
+            Every written row must satisfy it, else the write fails with nothing committed.
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -149,6 +157,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         table_configuration: Mapping[str, str] | None = None,
         staging: Staging = "auto",
         user_metadata: str | None = None,
+        mode: WriteMode = "append",
+        replace_where: str | None = None,
         unsafe_skip_conditional_put_check: bool = False,
         **unknown: object,
     ) -> None:
@@ -197,13 +207,25 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         if user_metadata is not None and not isinstance(user_metadata, str):
             raise ConfigurationError(f"user_metadata must be a string, got {user_metadata!r}")
         self.user_metadata = user_metadata
+        if mode not in ("append", "overwrite"):
+            raise ConfigurationError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        if replace_where is not None and mode != "overwrite":
+            raise ConfigurationError("replace_where needs mode='overwrite'")
+        self.mode: WriteMode = mode
+        self.replace_where = None if replace_where is None else ReplaceWhere.parse(replace_where)
         self.unsafe_skip_conditional_put_check = unsafe_skip_conditional_put_check
         self._input_schema: pa.Schema | None = None
         self._driver_identity: CredentialIdentity | None = None
         self._bytes_per_row: float | None = None
         self._plan: WritePlan | None = None
 
-    output_modes: frozenset[OutputMode] = frozenset({"append", "complete"})
+    @property
+    def output_modes(self) -> frozenset[OutputMode]:  # type: ignore[override]
+        """Streaming output modes; none for ``mode="overwrite"``, which is for bounded writes
+        (a stream that replaces the table each batch is ``output_mode="complete"``)."""
+        if self.mode == "overwrite":
+            return frozenset()
+        return frozenset({"append", "complete"})
 
     @property
     def table_uri(self) -> str:
@@ -249,7 +271,12 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     f"partition_by={self.partition_by}. Use the table's partitioning (or leave "
                     "partition_by out)."
                 )
-        self._plan = plan_write(shape, schema, self.schema_mode, self.location.uri)
+        plan = plan_write(shape, schema, self.schema_mode, self.location.uri)
+        if self.replace_where is not None:
+            plan, self.replace_where = with_replace_where(
+                plan, self.replace_where, self.location.uri
+            )
+        self._plan = plan
         self._input_schema = schema
 
     def _prepared(self) -> tuple[pa.Schema, WritePlan]:
@@ -321,6 +348,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             schema_mode=self.schema_mode,
             table_configuration=self.table_configuration,
             user_metadata=self.user_metadata,
+            replace_where=self.replace_where if self.mode == "overwrite" else None,
+            overwrite=self.mode == "overwrite",
         )
 
     def committable_serializer(self) -> StagedFileSerializer:
@@ -346,8 +375,48 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             unsafe_allow_short_retention=unsafe_allow_short_retention,
         )
 
+    def compact(
+        self,
+        spark: SparkSession,
+        *,
+        partition_filter: PartitionFilter | None = None,
+        target_file_size: int | None = None,
+    ) -> CompactionResult:
+        """Rewrite the table's small files into files of about ``target_file_size`` bytes
+        (default: the sink's), in Spark tasks, committed as one ``dataChange=false``
+        transaction without a txn. Safe while writers append; see
+        ``committers.delta._compact`` and docs/delta.md#compaction.
+
+        Args:
+            spark: the classic SparkSession whose tasks rewrite the files.
+            partition_filter: delta-rs partition filters, e.g. ``[("day", "=", "2026-11-21")]``,
+                on partition columns only; ``None`` compacts every partition.
+            target_file_size: bytes per output file (at least 1 MiB).
+
+        Returns:
+            A :class:`~committers.delta._compact.CompactionResult`; its ``version`` is ``None``
+            when there was nothing to compact (no commit).
+
+        Raises:
+            See :func:`committers.delta._compact.compact_table`.
+        """
+        return compact_table(
+            spark,
+            self.location,
+            target_file_size=(
+                self.options.target_file_size if target_file_size is None else target_file_size
+            ),
+            partition_filter=partition_filter,
+            compression=self.options.compression,
+            user_metadata=self.user_metadata,
+            skip_conditional_put_check=self.unsafe_skip_conditional_put_check,
+        )
+
     def __repr__(self) -> str:
         return (
             f"DeltaSink({self.location.uri!r}, app_id={self.app_id!r}, "
-            f"partition_by={self.partition_by!r})"
+            f"partition_by={self.partition_by!r}"
+            + (f", mode={self.mode!r}" if self.mode != "append" else "")
+            + (f", replace_where={self.replace_where.text!r}" if self.replace_where else "")
+            + ")"
         )

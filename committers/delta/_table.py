@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote as url_quote
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
@@ -209,6 +210,25 @@ def referenced_paths(location: TableLocation) -> set[str]:
 
 
 MIN_ORPHAN_RETENTION_SECONDS = 3600.0
+
+
+# Characters delta-rs 1.6.6 writes unencoded in a log path (all others are %XX of UTF-8),
+# as observed by committing removes of every ASCII character; pinned by a test.
+_DELTA_RS_PATH_SAFE = "/!$&'()+,:;=@"
+
+
+def delta_rs_path(decoded: str) -> str:
+    """How delta-rs spells ``decoded`` (a relative path) in the log: it encodes every path it
+    is given in an add or remove action this way."""
+    return url_quote(decoded, safe=_DELTA_RS_PATH_SAFE)
+
+
+def removal_path(logged: str) -> str | None:
+    """The path to give ``RemoveAction`` so that delta-rs logs exactly ``logged`` (a path as
+    the log holds it); ``None`` if delta-rs cannot spell it that way (another writer encoded
+    it differently), so no remove of it would match."""
+    decoded = unquote(logged)
+    return decoded if delta_rs_path(decoded) == logged else None
 
 
 def is_data_file_candidate(relative: str) -> bool:

@@ -136,7 +136,7 @@ def test_a_type_mismatch_names_the_cast_that_fixes_it(spark, tmp_path):
     ("option", "advice"),
     [
         ({"mergeSchema": True}, "schema_mode='merge'"),
-        ({"mode": "append"}, "the sink appends"),
+        ({"replaceWhere": "day = 'd1'"}, "mode='overwrite', replace_where="),
         ({"options": {"compression": "zstd"}}, "keyword argument of DeltaSink"),
         ({"partitionBy": ["day"]}, "partition_by="),
     ],
@@ -149,7 +149,9 @@ def test_delta_spark_spellings_are_answered_with_ours(tmp_path, option, advice):
 
 def test_writer_spellings_and_typos_are_answered(spark, tmp_path):
     sink = TwoPhaseSink(DeltaSink(str(tmp_path / "t"), app_id="a"))
-    with pytest.raises(ConfigurationError, match="the sink appends"):
+    with pytest.raises(
+        ConfigurationError, match=r"one of the sink's own options .*mode='overwrite'"
+    ):
         sink.write(spark.range(1), mode="overwrite")
     with pytest.raises(ConfigurationError, match="DeltaSink"):
         sink.write(spark.range(1), options={"mergeSchema": "true"})

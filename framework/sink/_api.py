@@ -203,6 +203,7 @@ class Sink(ABC, Generic[InputT, CommT, GlobalCommT]):
 
     app_id: str | None = None
     #: Output modes the sink honours; ``"complete"`` needs a committer that replaces contents.
+    #: Empty: the sink writes bounded DataFrames only.
     output_modes: frozenset[OutputMode] = frozenset({"append"})
 
     @property

@@ -56,7 +56,8 @@ OBSERVATION_NAME = "sparksink"
 
 #: DataFrameWriter / DataStreamWriter spellings and what they are here.
 _SPARK_WRITER_SPELLINGS = {
-    "mode": "the sink appends; write(df) runs a bounded DataFrame, write_stream(df, ...) a stream",
+    "mode": "how rows are written is one of the sink's own options (e.g. DeltaSink(..., "
+    "mode='overwrite')); write(df) runs a bounded DataFrame, write_stream(df, ...) a stream",
     "outputMode": "use output_mode='append' or 'complete' (write_stream only)",
     "output_mode": "a bounded write appends; output_mode is an option of write_stream",
     "userMetadata": "use user_metadata='...'",
@@ -404,6 +405,12 @@ class TwoPhaseSink:
         if output_mode not in ("append", "complete"):
             raise ConfigurationError(
                 f"output_mode must be 'append' or 'complete', got {output_mode!r}"
+            )
+        if not self.sink.output_modes:
+            raise ConfigurationError(
+                f"{self.sink!r} writes bounded DataFrames only, with write(df); it cannot be "
+                "the sink of a streaming query (to replace a table with each micro-batch, "
+                "append with output_mode='complete')."
             )
         if output_mode not in self.sink.output_modes:
             raise ConfigurationError(

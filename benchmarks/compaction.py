@@ -1,0 +1,123 @@
+"""Compaction: ``DeltaSink.compact`` (Spark tasks rewrite, one delta-rs commit) against delta-rs's
+own ``DeltaTable.optimize.compact()``, on two copies of the same table of many small files.
+
+The table is written once by the sink itself (Spark staging, one job): ROWS rows (id, k, s, ts
+of ``_common.rows_df``) partitioned by ``p = k % 10`` over FILES / 10 tasks, so FILES small
+files, FILES / 10 per partition. Each repeat copies that pristine table twice and compacts one
+copy with each tool, alternating which goes first, with the same target size (128 MiB); both
+copies must then hold the same number of rows. Medians after a warm-up round.
+
+The ratio printed is delta-rs time / our time (above 1.0: ours is faster). A loaded machine
+flatters the side with more threads (both sides use both cores here, but not alike), so the
+script refuses to print the ratio when the 1-minute load average is above 0.5 when it starts,
+unless ``--force``.
+
+Usage: python benchmarks/compaction.py [FILES] [ROWS] [REPEATS] [--force]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import machine, median, rows_df, spark_session
+from deltalake import DeltaTable
+
+from committers.delta import DeltaSink
+from framework import TwoPhaseSink
+
+QUIET_LOAD = 0.5
+PARTITIONS = 10
+TARGET = 128 * 1024 * 1024
+
+
+def _live_files(uri: str) -> int:
+    return len(DeltaTable(uri).file_uris())
+
+
+def _rows(uri: str) -> int:
+    return DeltaTable(uri).count()
+
+
+def main() -> int:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    force = "--force" in sys.argv
+    files = int(args[0]) if args else 2_000
+    rows = int(args[1]) if len(args) > 1 else 1_000_000
+    repeats = int(args[2]) if len(args) > 2 else 3
+    if files % PARTITIONS:
+        raise SystemExit(f"FILES must be a multiple of {PARTITIONS}")
+    load_before = os.getloadavg()[0]
+    spark = spark_session("compaction-benchmark")
+    from pyspark.sql import functions as F
+
+    work = Path(tempfile.mkdtemp(prefix="sink-compaction-bench-"))
+    try:
+        pristine = str(work / "pristine")
+        df = rows_df(spark, rows).withColumn("p", (F.col("k") % PARTITIONS).cast("int"))
+        # Every task writes one file into each of the PARTITIONS directories.
+        df = df.repartition(files // PARTITIONS)
+        TwoPhaseSink(
+            DeltaSink(pristine, app_id="bench", partition_by=["p"], staging="spark")
+        ).write(df)
+        before = _live_files(pristine)
+        total_rows = _rows(pristine)
+        size = sum(p.stat().st_size for p in Path(pristine).rglob("*.parquet"))
+        print(f"table: {before} files, {total_rows} rows, {size} bytes, {PARTITIONS} partitions")
+
+        def ours(uri: str) -> int:
+            result = DeltaSink(uri).compact(spark, target_file_size=TARGET)
+            return result.files_added
+
+        def delta_rs(uri: str) -> int:
+            metrics = DeltaTable(uri).optimize.compact(target_size=TARGET)
+            return int(metrics["numFilesAdded"])
+
+        sides = {"ours (DeltaSink.compact)": ours, "delta-rs optimize.compact": delta_rs}
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        added: dict[str, int] = {}
+        for round_number in range(repeats + 1):  # round 0 is the warm-up
+            order = list(sides.items())
+            if round_number % 2:
+                order.reverse()
+            for name, run in order:
+                copy = str(work / f"copy-{round_number}-{len(times[name])}-{name.split()[0]}")
+                shutil.copytree(pristine, copy)
+                start = time.perf_counter()
+                added[name] = run(copy)
+                elapsed = time.perf_counter() - start
+                if _rows(copy) != total_rows:
+                    raise SystemExit(f"{name} changed the row count of {copy}")
+                if round_number:
+                    times[name].append(elapsed)
+                shutil.rmtree(copy)
+
+        print(f"\n{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
+        print(f"{'':28} {'median':>8}  runs (s)  (files after: before {before})")
+        for name, values in times.items():
+            runs = ", ".join(f"{v:.2f}" for v in values)
+            print(f"{name:28} {median(values):7.2f}s  {runs}  ({added[name]} files)")
+        if load_before > QUIET_LOAD and not force:
+            print(
+                f"\nload average {load_before:.2f} > {QUIET_LOAD}: ratio not printed (a loaded "
+                "machine distorts it); rerun on a quiet machine, or pass --force"
+            )
+            return 0
+        ratio = median(times["delta-rs optimize.compact"]) / median(
+            times["ours (DeltaSink.compact)"]
+        )
+        print(f"\nratio delta-rs time / our time: {ratio:.2f}")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
