@@ -49,7 +49,7 @@ MINIO_IMAGE = "minio/minio:RELEASE.2025-03-12T18-04-18Z"
 
 _STARTUP_TIMEOUT = 60.0
 _DOCKER_PING_TIMEOUT = 3
-_TEMPORARY_KEYS = 64
+_TEMPORARY_KEYS = 256  # 256 periods: ample for a slow run
 
 
 @dataclass(frozen=True)

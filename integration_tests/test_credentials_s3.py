@@ -26,8 +26,8 @@ from integration_tests._s3helpers import S3Table, assert_no_duplicates
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-KEY_PERIOD = 4.0  # seconds each temporary key lives
-BATCHES = 6
+KEY_PERIOD = 3.0  # seconds a key is handed out; it lives one to two periods
+BATCHES = 5
 
 
 def _put_with(proxy: FaultProxy, table: S3Table, key: tuple[str, str]) -> None:
