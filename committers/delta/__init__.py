@@ -4,6 +4,7 @@ from committers.delta._committable import DeltaCommittable, StagedFile, StagedFi
 from committers.delta._committer import DeltaGlobalCommitter
 from committers.delta._options import WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
+from committers.delta._read_table import read_table, register
 from committers.delta._shutdown import register as _register_clean_exit
 from committers.delta._sink import DeltaSink
 
@@ -19,4 +20,6 @@ __all__ = [
     "StagedFileSerializer",
     "UnsupportedTableFeatureError",
     "WriterOptions",
+    "read_table",
+    "register",
 ]

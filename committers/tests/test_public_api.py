@@ -14,4 +14,6 @@ def test_delta_public_surface_is_pinned():
         "StagedFileSerializer",
         "UnsupportedTableFeatureError",
         "WriterOptions",
+        "read_table",
+        "register",
     ]
