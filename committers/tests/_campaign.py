@@ -39,6 +39,10 @@ RANDOM = "random"
 KINDS = (*CRASH_STEPS, RANDOM)
 IDS_PER_FILE = 20
 RUN_TIMEOUT_SECONDS = 300
+#: The last, unkilled run drains every batch the killed runs left (their backlog grows with
+#: the cycles); a drain run that is still busy after RUN_TIMEOUT_SECONDS is killed and run
+#: again (one more crash), up to this many times.
+DRAIN_RUNS = 8
 RANDOM_KILL_WINDOW = (1.0, 15.0)  # seconds after start: Spark's start-up, batches, shutdown
 
 
@@ -60,6 +64,7 @@ class CampaignReport:
     unexpected: int = 0
     orphans_removed: int = 0  # staged files of killed runs that remove_orphan_files deleted
     orphans_left: int = 0  # files on disk the table does not reference, after that
+    drain_runs: int = 0  # runs the final drain took (each but the last killed at the timeout)
     table_version: int = -1
     readable: bool = False
     seconds: float = 0.0
@@ -75,6 +80,10 @@ class CampaignReport:
             and self.rows_deltalake == self.rows_expected
             and self.rows_duckdb in (None, self.rows_expected)
         )
+
+
+class JobHung(RuntimeError):
+    """A run without a random kill did not end within RUN_TIMEOUT_SECONDS (it was killed)."""
 
 
 class _Source:
@@ -159,7 +168,7 @@ def _run_job(
     except subprocess.TimeoutExpired:
         if kind != RANDOM:
             os.killpg(process.pid, signal.SIGKILL)
-            raise RuntimeError(f"the job hung for {RUN_TIMEOUT_SECONDS}s") from None
+            raise JobHung(f"the job hung for {RUN_TIMEOUT_SECONDS}s") from None
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         return "killed"
@@ -249,12 +258,32 @@ def _campaign(
         tally = report.kills if outcome == "killed" else report.not_reached
         tally[kind] = tally.get(kind, 0) + 1
         report.cycles += 1
-    _run_job(source, table, checkpoint, first, None, rng)  # drain what is left
+        # The tally as it goes, so a harness that dies still leaves its figures behind.
+        print(f"cycle {cycle + 1}/{cycles}: {kind}: {outcome}", file=sys.stderr, flush=True)
+    report.drain_runs = _drain(source, table, checkpoint, first, rng)
     report.source_files = source.files
     report.rows_expected = source.next_id
     _check(report, table, expected=set(range(source.next_id)))
     report.seconds = round(time.monotonic() - started, 1)
     return report
+
+
+def _drain(
+    source: _Source, table: _Target, checkpoint: Path, staging: str, rng: random.Random
+) -> int:
+    """Run the job without a planned kill until it has processed everything; returns the
+    number of runs it took."""
+    for run in range(1, DRAIN_RUNS + 1):
+        try:
+            _run_job(source, table, checkpoint, staging, None, rng)
+            return run
+        except JobHung:
+            print(
+                f"drain run {run} still busy after {RUN_TIMEOUT_SECONDS}s: killed, run again",
+                file=sys.stderr,
+                flush=True,
+            )
+    raise JobHung(f"the drain did not finish in {DRAIN_RUNS} runs of {RUN_TIMEOUT_SECONDS}s")
 
 
 def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
