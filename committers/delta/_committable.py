@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from framework.errors import SinkError
 from framework.sink import Epoch
 
-__all__ = ["DeltaCommittable", "StagedFile", "StagedFileSerializer"]
+__all__ = [
+    "DeltaCommittable",
+    "ReplacedFile",
+    "Rewrite",
+    "StagedFile",
+    "StagedFileSerializer",
+    "StagedRewrite",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,11 +43,80 @@ class StagedFile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplacedFile:
+    """A live file of the table that a rewrite (an upsert) replaces: the commit that adds the
+    rewritten rows removes it.
+
+    Attributes:
+        logged_path: the path as the log stores it (URL-encoded): what "still live" is
+            checked by.
+        path: decoded and relative to the table root: what a ``RemoveAction`` names (delta-rs
+            encodes it back into ``logged_path``).
+        size: file size in bytes.
+        num_records: rows, from the file's stats (``None`` if the log does not say).
+    """
+
+    logged_path: str
+    path: str
+    size: int
+    num_records: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rewrite:
+    """What a copy-on-write batch read and what its commit removes.
+
+    Attributes:
+        read_version: the snapshot the batch was computed on (``None``: no table yet).
+        replaced: the files the commit removes; each must still be live in the snapshot the
+            commit lands on.
+        metrics: counters for the commit's ``operationMetrics`` (delta-spark's MERGE names).
+        keys: the key columns, for the commit's ``operationParameters``.
+    """
+
+    read_version: int | None
+    replaced: tuple[ReplacedFile, ...] = ()
+    metrics: Mapping[str, int] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeltaCommittable:
-    """All files of one epoch: what becomes one Delta transaction."""
+    """All files of one epoch: what becomes one Delta transaction (with ``rewrite``, the
+    removes of the files it replaces too)."""
 
     epoch: Epoch
     files: tuple[StagedFile, ...]
+    rewrite: Rewrite | None = None
+
+
+class StagedRewrite(list[StagedFile]):
+    """The files a rewrite staged, as the engine's list of committables of the epoch, with
+    what its commit must remove (``rewrite``) and, until it was used, ``redo``: computes the
+    batch again on the table's newest snapshot (into a new run directory) and returns the new
+    staging, for when another writer removed a file this one replaces.
+
+    A list, so the engine counts and sizes the staged files as any others; the committer's
+    ``combine`` reads the rest. Only the driver sees it (it never pickles).
+    """
+
+    def __init__(
+        self,
+        files: Iterable[StagedFile] = (),
+        *,
+        rewrite: Rewrite,
+        redo: Callable[[], StagedRewrite] | None = None,
+    ) -> None:
+        super().__init__(files)
+        self.rewrite = rewrite
+        self.redo = redo
+
+    def replace_with(self, other: StagedRewrite) -> None:
+        """Become ``other`` (a redone batch), so the epoch's metrics describe what the commit
+        holds."""
+        self[:] = other
+        self.rewrite = other.rewrite
+        self.redo = other.redo
 
 
 class StagedFileSerializer:

@@ -29,7 +29,7 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from committers.delta._committable import DeltaCommittable, StagedFile
+from committers.delta._committable import DeltaCommittable, Rewrite, StagedFile, StagedRewrite
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._retry import Backoff, commit_with_reconciliation
@@ -54,6 +54,7 @@ from committers.delta._table import (
     removal_path,
 )
 from committers.delta._upload import abort_incomplete_uploads
+from committers.delta._upsert import UpsertConflictError
 from framework._crash import crash_point
 from framework.errors import (
     CommitConflictError,
@@ -123,6 +124,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
         # Task attempts of this run whose every file was committed: their manifests need no read.
         self._committed_attempts: dict[tuple[str, str, int], set[int]] = {}
+        # The staging of an upsert's epoch (with its redo) from combine() until its commit.
+        self._rewrites: dict[tuple[str, str, int], StagedRewrite] = {}
 
     # -- table handle ---------------------------------------------------------------------
 
@@ -197,8 +200,14 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         )
 
     def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:
+        """One committable of the epoch's files; an upsert's staging (a
+        :class:`StagedRewrite`) also brings the files its commit removes."""
+        rewrite = None
+        if isinstance(committables, StagedRewrite):
+            rewrite = committables.rewrite
+            self._rewrites[_key(epoch)] = committables
         return DeltaCommittable(
-            epoch=epoch, files=tuple(sorted(committables, key=lambda f: f.path))
+            epoch=epoch, files=tuple(sorted(committables, key=lambda f: f.path)), rewrite=rewrite
         )
 
     def commit(self, global_committables: list[DeltaCommittable]) -> list[DeltaCommittable]:
@@ -207,6 +216,49 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         return []
 
     def _commit_one(self, committable: DeltaCommittable) -> None:
+        """Commit the epoch once; an upsert whose replaced files another writer removed
+        meanwhile is redone once on the newer snapshot (see :meth:`_redo`)."""
+        try:
+            while True:
+                try:
+                    self._commit_staged(committable)
+                    return
+                except _StaleRewrite as stale:
+                    committable = self._redo(committable, stale)
+        finally:
+            self._rewrites.pop(_key(committable.epoch), None)
+
+    def _redo(self, committable: DeltaCommittable, stale: _StaleRewrite) -> DeltaCommittable:
+        """The epoch computed again by its stager on the table's newest snapshot (Spark work,
+        into a new run directory whose manifest the epoch's clean-up reads too).
+
+        Raises:
+            UpsertConflictError: the epoch was redone already (or cannot be): nothing of it is
+                committed; the engine's abort deletes its staged files.
+        """
+        epoch = committable.epoch
+        staged = self._rewrites.get(_key(epoch))
+        if staged is None or staged.redo is None:
+            raise UpsertConflictError(
+                f"batch {epoch.epoch_id} of app id {epoch.app_id!r} could not be committed to "
+                f"{self._location.uri}: {stale} It was computed again on the newer snapshot "
+                "and another writer removed a file it rewrites again. Nothing of it was "
+                "committed and its staged files are deleted; restarting the query (or "
+                "re-running the write) computes it on the table as it is then. Let one writer "
+                "update these rows, or retry at a quieter time."
+            ) from stale
+        log.warning(
+            "batch %s of %r: %s Computing it again on the newest snapshot of %s.",
+            epoch.epoch_id,
+            epoch.app_id,
+            stale,
+            self._location.uri,
+        )
+        redo = staged.redo
+        staged.replace_with(redo())  # the epoch's metrics then describe what is committed
+        return self.combine(epoch, staged)
+
+    def _commit_staged(self, committable: DeltaCommittable) -> None:
         """Commit once: retried with backoff, an unknown outcome reconciled through the txn."""
         epoch = committable.epoch
         attempts = 0
@@ -235,6 +287,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             if self._holds(table, epoch):  # committed before (delta-rs would commit it again)
                 return
             self._check_plan(self._evolve_schema(table), epoch)
+            if committable.rewrite is not None:
+                _check_still_live(table, committable.rewrite)
             read_version = table.version()
             crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
             self._write_commit(table, committable)
@@ -273,7 +327,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         "overwrite"``) removes exactly what this snapshot holds, so it must land right on top
         of it: delta-rs may not rebase it, and a concurrent commit fails it with
         ``CommitFailedError``, which the caller's reconciliation retries on a fresh snapshot
-        (the staged files are reused; nothing is staged again).
+        (the staged files are reused; nothing is staged again). An upsert's commit (a
+        ``rewrite``) appends its adds with the removes of the files it rewrote, which the caller
+        found live in this snapshot: it must land right on top of it too.
         """
         epoch = committable.epoch
         actions: list[AddAction | RemoveAction] = [_add_action(f) for f in committable.files]
@@ -281,17 +337,24 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if self._replace_where is not None:
             removes = self._files_replaced(table)
             removed, actions = len(removes), [*removes, *actions]
+        elif committable.rewrite is not None:
+            now = int(time.time() * 1000)
+            removes = [
+                RemoveAction(f.path, True, now, f.size) for f in committable.rewrite.replaced
+            ]
+            removed, actions = len(removes), [*removes, *actions]
         elif replacing:  # delta-rs's overwrite removes every file of the snapshot
             removed = len(table.file_uris())
         else:
             removed = 0
+        exact = replacing or committable.rewrite is not None
         table.create_write_transaction(
             actions,
             mode="overwrite" if replacing and self._replace_where is None else "append",
             schema=table.schema(),
             partition_by=list(self._plan.shape.partition_by) or None,
             commit_properties=self._commit_properties(
-                committable, removed_files=removed, retries=0 if replacing else None
+                committable, removed_files=removed, retries=0 if exact else None
             ),
             post_commithook_properties=_POST_COMMIT,
         )
@@ -435,9 +498,14 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             COMMIT_EPOCH_ID: str(epoch.epoch_id),
             COMMIT_WRITER: epoch.writer_identity,
             COMMIT_RUN_ID: epoch.run_id,
-            # A replay check reads only txns; complete mode replaces what it read.
-            "isBlindAppend": epoch.output_mode == "append" and not self._overwrite,
-            "operationParameters": _operation_parameters(epoch, self._replace_where),
+            # A replay check reads only txns; complete mode replaces what it read, an upsert
+            # rewrites the files holding its keys.
+            "isBlindAppend": epoch.output_mode == "append"
+            and not self._overwrite
+            and committable.rewrite is None,
+            "operationParameters": _operation_parameters(
+                epoch, self._replace_where, committable.rewrite
+            ),
             "operationMetrics": {  # strings, as delta-spark writes them
                 "numFiles": str(len(files)),
                 "numAddedFiles": str(len(files)),
@@ -446,6 +514,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 "numOutputBytes": str(sum(f.size for f in files)),
             },
         }
+        if committable.rewrite is not None:
+            metadata["operationMetrics"].update(
+                {name: str(value) for name, value in committable.rewrite.metrics.items()}
+            )
+            if committable.rewrite.read_version is not None:
+                metadata["readVersion"] = committable.rewrite.read_version
         user_metadata = epoch.user_metadata or self._user_metadata
         if user_metadata:
             metadata["userMetadata"] = user_metadata
@@ -607,18 +681,46 @@ def _key(epoch: Epoch) -> tuple[str, str, int]:
 _POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
-def _operation_parameters(epoch: Epoch, replace_where: ReplaceWhere | None) -> dict[str, str]:
+def _operation_parameters(
+    epoch: Epoch, replace_where: ReplaceWhere | None, rewrite: Rewrite | None = None
+) -> dict[str, str]:
     """delta-spark's STREAMING UPDATE parameters, or a replaceWhere's ``predicate`` (merged
-    into delta-rs's own ``mode``)."""
+    into delta-rs's own ``mode``); an upsert's ``upsertKeys``."""
     if epoch.bounded:
         parameters = {"epochId": str(epoch.epoch_id)}
         if replace_where is not None:
             parameters["predicate"] = json.dumps([replace_where.text])
-        return parameters
-    parameters = {"outputMode": epoch.output_mode.capitalize(), "epochId": str(epoch.epoch_id)}
-    if epoch.query_id is not None:
-        parameters["queryId"] = epoch.query_id
+    else:
+        parameters = {"outputMode": epoch.output_mode.capitalize(), "epochId": str(epoch.epoch_id)}
+        if epoch.query_id is not None:
+            parameters["queryId"] = epoch.query_id
+    if rewrite is not None:
+        parameters["upsertKeys"] = json.dumps(list(rewrite.keys))
     return parameters
+
+
+class _StaleRewrite(Exception):
+    """A file an upsert replaces is no longer live: the batch was computed on rows another
+    writer has changed since. Never committed; handled by :meth:`_commit_one`."""
+
+
+def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
+    """Every file ``rewrite`` replaces is live in ``table``'s snapshot (where the commit, made
+    with ``max_commit_retries=0``, lands right on top).
+
+    Raises:
+        _StaleRewrite: naming the files another commit removed.
+    """
+    if not rewrite.replaced:
+        return
+    live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+    gone = [f.logged_path for f in rewrite.replaced if f.logged_path not in live]
+    if gone:
+        raise _StaleRewrite(
+            f"{len(gone)} of the {len(rewrite.replaced)} files it rewrites were removed by "
+            f"another commit after version {rewrite.read_version} (e.g. {gone[:3]}), so it "
+            "was computed on rows that have changed since."
+        )
 
 
 def _add_action(staged: StagedFile) -> AddAction:

@@ -38,17 +38,26 @@ from committers.delta._schema import (
 from committers.delta._spark_staging import SparkParquetStager, hadoop_can_write
 from committers.delta._storage import CredentialIdentity, TableLocation
 from committers.delta._table import open_table, remove_orphan_files
+from committers.delta._upsert import (
+    UpsertPlan,
+    UpsertSpec,
+    UpsertStager,
+    check_upsert_table,
+    classic_session,
+    plan_upsert,
+)
 from committers.delta._writer import DeltaStagingWriter
 from framework._foreign_options import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
 from framework.sink import InputPlan, OutputMode, Sink, WriterContext
+from framework.spark._native import is_connect_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("committers.delta")
 Staging = Literal["auto", "spark", "arrow"]
-WriteMode = Literal["append", "overwrite"]
+WriteMode = Literal["append", "overwrite", "upsert"]
 
 __all__ = ["DeltaSink"]
 
@@ -127,10 +136,20 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             ``write_stream(..., user_metadata=...)`` override it.
         mode: ``"append"`` (default) adds the rows; ``"overwrite"`` (bounded ``write(df)``
             only) replaces, in the same single transaction, every row the table holds, or
-            with ``replace_where`` only its matching partitions.
+            with ``replace_where`` only its matching partitions; ``"upsert"`` applies each
+            batch as changes by ``keys`` (insert, update, or delete with ``delete_when``),
+            rewriting the files that hold the keys in Spark, one transaction per batch (see
+            ``_upsert.py`` and docs/delta.md#upserts).
         replace_where: with ``mode="overwrite"``, a Spark SQL predicate on partition columns
             (e.g. ``"day = '2026-11-21'"``; see ``_replace_where.py`` for what it accepts).
             Every written row must satisfy it, else the write fails with nothing committed.
+        keys: with ``mode="upsert"`` (required there): the columns that identify a row.
+        sequence_by: with ``mode="upsert"``: the column (or columns, compared left to right)
+            ordering the changes of one key in a batch; the highest wins. Without it, a key
+            may appear once per batch.
+        delete_when: with ``mode="upsert"``: a Spark SQL predicate over the batch's columns
+            marking a change as a delete (e.g. ``"op = 'D'"``); columns it reads that the
+            table lacks are not written.
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -159,6 +178,9 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         user_metadata: str | None = None,
         mode: WriteMode = "append",
         replace_where: str | None = None,
+        keys: Sequence[str] | None = None,
+        sequence_by: str | Sequence[str] | None = None,
+        delete_when: str | None = None,
         unsafe_skip_conditional_put_check: bool = False,
         **unknown: object,
     ) -> None:
@@ -207,10 +229,19 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         if user_metadata is not None and not isinstance(user_metadata, str):
             raise ConfigurationError(f"user_metadata must be a string, got {user_metadata!r}")
         self.user_metadata = user_metadata
-        if mode not in ("append", "overwrite"):
-            raise ConfigurationError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        if mode not in ("append", "overwrite", "upsert"):
+            raise ConfigurationError(
+                f"mode must be 'append', 'overwrite' or 'upsert', got {mode!r}"
+            )
         if replace_where is not None and mode != "overwrite":
             raise ConfigurationError("replace_where needs mode='overwrite'")
+        self._upsert_spec = UpsertSpec.of(mode, keys, sequence_by, delete_when)
+        if self._upsert_spec is not None and staging == "arrow":
+            raise ConfigurationError(
+                "mode='upsert' rewrites files with Spark's own Parquet reader and writer; "
+                "staging='arrow' cannot. Use staging='spark' or 'auto'."
+            )
+        self._upsert: UpsertPlan | None = None
         self.mode: WriteMode = mode
         self.replace_where = None if replace_where is None else ReplaceWhere.parse(replace_where)
         self.unsafe_skip_conditional_put_check = unsafe_skip_conditional_put_check
@@ -222,9 +253,12 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
     @property
     def output_modes(self) -> frozenset[OutputMode]:  # type: ignore[override]
         """Streaming output modes; none for ``mode="overwrite"``, which is for bounded writes
-        (a stream that replaces the table each batch is ``output_mode="complete"``)."""
+        (a stream that replaces the table each batch is ``output_mode="complete"``); only
+        ``"append"`` for ``mode="upsert"`` (each batch holds changes, not the whole table)."""
         if self.mode == "overwrite":
             return frozenset()
+        if self.mode == "upsert":
+            return frozenset({"append"})
         return frozenset({"append", "complete"})
 
     @property
@@ -247,15 +281,21 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 honour.
             NotATableError, LocationNotWritableError, UnsafeStorageError: the location is
                 unusable.
+            ConfigurationError: for ``mode="upsert"``, also when this process has no classic
+                Spark, Spark cannot write the table's storage, or ``delete_when`` is not a
+                deterministic predicate over the input (see ``_upsert.plan_upsert``).
         """
         check_column_names(input_schema)
         schema = normalize_schema(input_schema)
+        session = None if self._upsert_spec is None else self._upsert_session()
         # S3 only (a no-op elsewhere); with the override it logs a loud warning instead.
         verify_conditional_put(self.location, skip=self.unsafe_skip_conditional_put_check)
         if self.location.is_s3:  # what the executors' credentials are checked against
             self._driver_identity = self.location.resolve_credentials().identity
         table = open_table(self.location)
         self._bytes_per_row = None if table is None else _bytes_per_row(table)
+        if session is not None:
+            self._upsert, schema = self._plan_upsert(session, schema, table)
         if table is None:
             spelled = {name.lower(): name for name in schema.names}  # names match ignoring case
             partition_by = [spelled.get(name.lower(), name) for name in self.partition_by]
@@ -276,15 +316,53 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             plan, self.replace_where = with_replace_where(
                 plan, self.replace_where, self.location.uri
             )
+        if self._upsert is not None:
+            check_upsert_table(self._upsert, plan, table, self.location.uri)
         self._plan = plan
         self._input_schema = schema
+
+    def _upsert_session(self) -> SparkSession:
+        """The classic SparkSession an upsert runs on, once Spark can write the table's storage
+        (checked before the storage is contacted).
+
+        Raises:
+            ConfigurationError: no classic Spark in this process, or no Hadoop file system for
+                the table's URI scheme.
+        """
+        session = classic_session()
+        if session is None:
+            raise ConfigurationError(
+                "mode='upsert' rewrites files with Spark's own Parquet reader and writer, so "
+                "it needs classic Spark in this process (a Spark Connect client cannot run "
+                "it). Use a classic SparkSession, or delta-rs's DeltaTable.merge()."
+            )
+        if not hadoop_can_write(session.range(0), self.location.uri):
+            raise ConfigurationError(
+                f"mode='upsert' rewrites files with Spark's own Parquet reader and writer, "
+                f"and Spark has no Hadoop file system for {self.location.uri} here (s3:// "
+                "without hadoop-aws, say). Use a URI Spark can write (s3a:// with hadoop-aws "
+                "on the classpath), or delta-rs's DeltaTable.merge()."
+            )
+        return session
+
+    def _plan_upsert(
+        self, session: SparkSession, schema: pa.Schema, table: DeltaTable | None
+    ) -> tuple[UpsertPlan, pa.Schema]:
+        """The upsert's plan and the schema of the columns it writes (see ``plan_upsert``)."""
+        assert self._upsert_spec is not None
+        table_schema = None if table is None else TableShape.of_table(table).arrow_schema()
+        return plan_upsert(session, self._upsert_spec, schema, table_schema, self.location.uri)
 
     def _prepared(self) -> tuple[pa.Schema, WritePlan]:
         if self._input_schema is None or self._plan is None:
             raise SinkError("DeltaSink.prepare(schema) must run before writers are created")
         return self._input_schema, self._plan
 
-    def input_plan(self) -> InputPlan:
+    def input_plan(self) -> InputPlan | None:
+        """The table's rules; ``None`` for ``mode="upsert"``, whose stager applies them to the
+        rows it writes, after reducing the batch to one change per key."""
+        if self._upsert is not None:
+            return None
         return self._prepared()[1].input_plan
 
     def create_writer(self, context: WriterContext) -> DeltaStagingWriter:
@@ -301,14 +379,26 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             identity.check_same_principal(self._driver_identity, self.location.uri)
         return DeltaStagingWriter(context, self.location, plan.layout, self.options)
 
-    def spark_stager(self, df: DataFrame) -> SparkParquetStager | None:
+    def spark_stager(self, df: DataFrame) -> SparkParquetStager | UpsertStager | None:
         """Spark's Parquet writer for batches like ``df``, per ``staging`` (None: the Python
-        writers stage them).
+        writers stage them); for ``mode="upsert"`` the stager that rewrites files by key.
 
         Raises:
-            ConfigurationError: ``staging="spark"`` where Spark cannot write this table.
+            ConfigurationError: ``staging="spark"`` (or ``mode="upsert"``) where Spark cannot
+                write this table, e.g. a Spark Connect DataFrame.
         """
         _, plan = self._prepared()
+        if self._upsert is not None:
+            if is_connect_dataframe(df) or not hadoop_can_write(df, self.location.uri):
+                raise ConfigurationError(
+                    f"mode='upsert' cannot write {self.location.uri} from this DataFrame: the "
+                    "upsert rewrites files with Spark's own Parquet reader and writer, which a "
+                    "Spark Connect session (or a storage scheme without a Hadoop file system) "
+                    "cannot run. Use a classic SparkSession, or delta-rs's DeltaTable.merge()."
+                )
+            return UpsertStager(
+                self.location, plan, self._upsert, self.options, self._bytes_per_row
+            )
         if self.staging == "arrow":
             return None
         problem = None
@@ -418,5 +508,6 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             f"partition_by={self.partition_by!r}"
             + (f", mode={self.mode!r}" if self.mode != "append" else "")
             + (f", replace_where={self.replace_where.text!r}" if self.replace_where else "")
+            + (f", keys={list(self._upsert_spec.keys)!r}" if self._upsert_spec else "")
             + ")"
         )

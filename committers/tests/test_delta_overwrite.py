@@ -243,8 +243,8 @@ def test_overwrite_is_for_bounded_writes_and_replace_where_needs_it(spark, tmp_p
     assert not spark.streams.active
     with pytest.raises(ConfigurationError, match="replace_where needs mode='overwrite'"):
         DeltaSink(uri, replace_where="day = 'd1'")
-    with pytest.raises(ConfigurationError, match="mode must be 'append' or 'overwrite'"):
-        DeltaSink(uri, mode="upsert")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="mode must be 'append', 'overwrite' or 'upsert'"):
+        DeltaSink(uri, mode="merge")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="use mode='overwrite', replace_where="):
         DeltaSink(uri, replaceWhere="day = 'd1'")
     with pytest.raises(SchemaMismatchError, match="'id', which is not a partition column"):

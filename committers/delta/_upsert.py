@@ -1,0 +1,944 @@
+"""Upserts and deletes by key, copy-on-write: ``DeltaSink(mode="upsert", keys=[...], ...)``.
+
+Each batch (a streaming micro-batch or a bounded ``write(df)``) becomes ONE Delta transaction
+of removes, adds and the batch's ``txn``, computed in Spark:
+
+1. **Changes** (Spark). Keys and ``sequence_by`` are checked on every row (a NULL fails the
+   batch with ``NullConstraintError``); each row gets its delete flag, ``coalesce(delete_when,
+   false)``; the batch is reduced to one change per key, the *latest*: the highest
+   ``sequence_by`` (several columns compare left to right); on a tie, a change that is not a
+   delete over a delete; then the greatest row, comparing the input's other columns left to
+   right in Spark's order (NULL lowest; a column holding maps by its JSON text). Without
+   ``sequence_by`` a key given twice fails the batch (``ConstraintViolationError``). The latest
+   changes are cached and their keys collected (one job).
+2. **Candidates** (driver, on snapshot V). A live file may hold a batch key only if, for every
+   key column, some key of the batch lies in the file's range for it: its partition value for
+   a partition column, its min/max stats otherwise. Missing stats make a file a candidate;
+   bounds other writers may have truncated are widened (timestamps by a millisecond, long
+   strings lose their upper bound).
+3. **Touched files** (Spark). The candidates' key columns are scanned and joined with the
+   batch's keys; ``_metadata.file_path`` names the files that really hold one, and how many of
+   their rows match.
+4. **Rewrite** (Spark). The touched files' rows whose key the batch does not name, and the
+   latest changes that are not deletes (through the table's rules, as any appended row), are
+   written by Spark's Parquet writer into the batch's run directory
+   (:class:`~committers.delta._spark_staging.SparkParquetStager`). The rows written are counted
+   against the stats of the files they replace.
+5. **Commit** (:class:`~committers.delta._committer.DeltaGlobalCommitter`): removes of the
+   touched files, adds of the new ones and the txn, on the newest snapshot, only if every
+   touched file is still live there, with ``max_commit_retries=0`` (the commit lands right on
+   that snapshot or fails). Another writer's commit meanwhile costs one more attempt, not the
+   Spark work; a touched file removed by another writer makes the committer redo steps 1-4
+   once on the newer snapshot, then fail with :class:`UpsertConflictError`.
+
+Why the liveness check is ours: delta-rs 1.6.6 commits two transactions that remove the same
+file (see ``_compact.py``), which for an upsert would put rows back that the other writer
+changed or deleted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from committers.delta._committable import ReplacedFile, Rewrite, StagedRewrite
+from committers.delta._delta_schema import DeltaField, quote, spark_type, walk
+from committers.delta._options import WriterOptions
+from committers.delta._protocol import UnsupportedTableFeatureError
+from committers.delta._rules import WritePlan
+from committers.delta._spark_staging import SparkParquetStager
+from committers.delta._storage import TableLocation
+from committers.delta._table import open_table, removal_path
+from framework.errors import (
+    CommitConflictError,
+    ConfigurationError,
+    SchemaMismatchError,
+    StagingError,
+    UnsupportedTypeError,
+)
+from framework.sink import Epoch, InputPlan, PlannedColumn, RowCheck
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "UpsertConflictError",
+    "UpsertPlan",
+    "UpsertSpec",
+    "UpsertStager",
+    "check_upsert_table",
+    "classic_session",
+    "plan_upsert",
+]
+
+log = logging.getLogger("committers.delta")
+
+#: Batches with at most this many distinct keys are pruned key by key (the keys are collected
+#: on the driver); larger ones by the overall min/max of each key column.
+PRUNE_KEYS_LIMIT = 500_000
+#: Rows per new file while the table has no rows to measure a row's size by.
+NEW_TABLE_ROWS_PER_FILE = 1_000_000
+
+_DELETE = "__sparksink_delete__"
+_RANK = "__sparksink_rank__"
+_FILE = "__sparksink_file__"
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+_KEY_TYPES = frozenset(
+    {"byte", "short", "integer", "long", "string", "binary", "boolean", "date", "timestamp"}
+    | {"timestamp_ntz"}
+)
+_STRING_BOUND_CHARS = 32  # a longer string bound may have been truncated by its writer
+_TIMESTAMP_SLACK = datetime.timedelta(milliseconds=1)  # writers truncating to milliseconds
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+APPEND_ONLY = "delta.appendOnly"
+
+
+class UpsertConflictError(CommitConflictError):
+    """Another writer removed a file this upsert rewrites (it rewrote, deleted from or
+    overwrote it) while the batch was being computed, again after the batch was computed once
+    more on the newer snapshot. Nothing of the batch was committed and its staged files were
+    deleted; restarting the query (or re-running the write) computes it on the table as it is
+    then."""
+
+
+def _key(index: int) -> str:
+    return f"__sparksink_key_{index}__"
+
+
+# -- options --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpsertSpec:
+    """The options of ``mode="upsert"``, validated (see :meth:`of`)."""
+
+    keys: tuple[str, ...]
+    sequence_by: tuple[str, ...] = ()
+    delete_when: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        mode: str,
+        keys: Sequence[str] | None,
+        sequence_by: str | Sequence[str] | None,
+        delete_when: str | None,
+    ) -> UpsertSpec | None:
+        """The spec for ``mode`` (``None`` unless ``mode="upsert"``).
+
+        Raises:
+            ConfigurationError: an upsert option without ``mode="upsert"``, an upsert without
+                keys, or an option of the wrong shape.
+        """
+        given = [
+            name
+            for name, value in (
+                ("keys", keys),
+                ("sequence_by", sequence_by),
+                ("delete_when", delete_when),
+            )
+            if value is not None
+        ]
+        if mode != "upsert":
+            if given:
+                raise ConfigurationError(
+                    f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
+                    f"of mode='upsert' (got mode={mode!r}). Pass mode='upsert' to update and "
+                    "delete rows by key."
+                )
+            return None
+        if not keys:
+            raise ConfigurationError(
+                "mode='upsert' needs keys=[...]: the columns that identify a row, e.g. keys=['id']"
+            )
+        key_names = _names("keys", keys)
+        sequence = () if sequence_by is None else _names("sequence_by", sequence_by)
+        overlap = {k.lower() for k in key_names} & {s.lower() for s in sequence}
+        if overlap:
+            raise ConfigurationError(
+                f"sequence_by names key column(s) {sorted(overlap)}: the sequence orders the "
+                "changes of one key, so it must be another column (e.g. a change timestamp)"
+            )
+        if delete_when is not None and (not isinstance(delete_when, str) or not delete_when):
+            raise ConfigurationError(
+                f"delete_when must be a Spark SQL predicate (a non-empty string), e.g. "
+                f"\"op = 'D'\", got {delete_when!r}"
+            )
+        return cls(key_names, sequence, delete_when)
+
+
+def _names(option: str, value: str | Sequence[str]) -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigurationError(
+            f"{option} must be a column name or a non-empty list of column names, got {value!r}"
+        )
+    if len({n.lower() for n in names}) != len(names):
+        raise ConfigurationError(f"{option} lists a column twice: {list(names)}")
+    return names
+
+
+# -- planning (driver, before anything runs) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpsertPlan:
+    """How a batch of the input becomes changes by key. Plain data: it pickles with the sink.
+
+    Attributes:
+        keys: the key columns as the input spells them.
+        table_keys: the same as the table spells them.
+        sequence: the ``sequence_by`` columns as the input spells them.
+        tie_break: the input's other columns compared on a tie, each with whether it is
+            compared by its JSON text (it holds maps, which Spark cannot order).
+        written: the input columns the table gets (all but the change-only ones).
+        dropped: the change-only columns (read by ``delete_when`` or named by
+            ``sequence_by``, not table columns): used, never written.
+        delete_when: the delete predicate, or ``None``.
+    """
+
+    keys: tuple[str, ...]
+    table_keys: tuple[str, ...]
+    sequence: tuple[str, ...]
+    tie_break: tuple[tuple[str, bool], ...]
+    written: tuple[str, ...]
+    dropped: tuple[str, ...]
+    delete_when: str | None
+
+
+def plan_upsert(
+    session: SparkSession,
+    spec: UpsertSpec,
+    input_schema: pa.Schema,
+    table_schema: pa.Schema | None,
+    table_uri: str,
+) -> tuple[UpsertPlan, pa.Schema]:
+    """The upsert plan for input of ``input_schema`` into a table of ``table_schema`` (``None``:
+    the first commit creates it), and the schema of what is written to the table.
+
+    Which input columns are written: every one, except the columns ``delete_when`` reads and
+    those ``sequence_by`` names that are not columns of an existing table. A table the upsert
+    creates gets every input column but those ``delete_when`` reads (unless they are keys or
+    ``sequence_by`` columns): ``op`` of ``delete_when="op = 'D'"`` is not written, ``ts`` of
+    ``sequence_by="ts"`` is.
+
+    Raises:
+        SchemaMismatchError: a key or ``sequence_by`` column is missing from the input, or a
+            key from the table.
+        UnsupportedTypeError: a key or ``sequence_by`` column of a type that cannot be
+            compared as the upsert must.
+        ConfigurationError: ``delete_when`` does not parse, names columns the input lacks, or
+            is not a deterministic boolean predicate (analyzed by ``session``, no job runs).
+    """
+    fields = {f.name.lower(): f for f in input_schema}
+
+    def find(name: str, option: str) -> pa.Field:
+        found = fields.get(name.lower())
+        if found is None:
+            raise SchemaMismatchError(
+                f"{option} names {name!r}, which is not a column of the input (columns: "
+                f"{input_schema.names}). Every {option} column must be in the DataFrame."
+            )
+        return found
+
+    keys = tuple(find(k, "keys").name for k in spec.keys)
+    sequence = tuple(find(s, "sequence_by").name for s in spec.sequence_by)
+    for name in sequence:
+        _check_sequence_type(name, input_schema.field(name).type)
+    read_by_delete = _delete_when_columns(session, spec.delete_when, input_schema)
+    lower_keys = {k.lower() for k in keys}
+    lower_sequence = {s.lower() for s in sequence}
+    if table_schema is None:
+        dropped = {c.lower() for c in read_by_delete} - lower_keys - lower_sequence
+        table_keys = keys
+    else:
+        table_names = {n.lower(): n for n in table_schema.names}
+        change_only = {c.lower() for c in read_by_delete} | lower_sequence
+        dropped = {c for c in change_only if c not in table_names}
+        missing = [k for k in keys if k.lower() not in table_names]
+        if missing:
+            raise SchemaMismatchError(
+                f"keys {missing} are not columns of {table_uri} (its columns: "
+                f"{table_schema.names}): an upsert finds the rows to change by their keys, "
+                "so the table must have them."
+            )
+        table_keys = tuple(table_names[k.lower()] for k in keys)
+    written = pa.schema([f for f in input_schema if f.name.lower() not in dropped])
+    tie_break = tuple(
+        (f.name, _holds_maps(f.type))
+        for f in input_schema
+        if f.name.lower() not in lower_keys and f.name.lower() not in lower_sequence
+    )
+    plan = UpsertPlan(
+        keys=keys,
+        table_keys=table_keys,
+        sequence=sequence,
+        tie_break=tie_break,
+        written=tuple(written.names),
+        dropped=tuple(f.name for f in input_schema if f.name.lower() in dropped),
+        delete_when=spec.delete_when,
+    )
+    return plan, written
+
+
+def check_upsert_table(
+    upsert: UpsertPlan, plan: WritePlan, table: DeltaTable | None, table_uri: str
+) -> None:
+    """Refuse tables an upsert cannot rewrite exactly (see the Raises).
+
+    Raises:
+        UnsupportedTypeError: a key column of a type the upsert does not match on.
+        UnsupportedTableFeatureError: column mapping, deletion vectors, an append-only table or
+            one with the change data feed enabled.
+        ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
+    """
+    shape = plan.shape
+    for name in upsert.table_keys:
+        _check_key_type(name, shape.schema.field(name))
+    configuration = dict(shape.configuration)
+    problem = None
+    if shape.column_mapping:
+        problem = "it uses column mapping (Spark's Parquet writer has no physical names)"
+    elif table is not None and (
+        "deletionVectors" in shape.features
+        or "deletionVectors" in set(table.protocol().reader_features or ())
+    ):
+        problem = (
+            "it uses deletion vectors (the upsert reads the Parquet files directly and would "
+            "bring back the rows the vectors delete)"
+        )
+    elif configuration.get(APPEND_ONLY, "false").lower() == "true":
+        problem = f"it is append-only ({APPEND_ONLY}=true): its rows may not be changed"
+    elif configuration.get(CHANGE_DATA_FEED, "false").lower() == "true":
+        problem = (
+            f"it has the change data feed enabled ({CHANGE_DATA_FEED}=true), which needs change "
+            "files for updates and deletes that this sink does not write"
+        )
+    if problem:
+        raise UnsupportedTableFeatureError(
+            f"mode='upsert' cannot write {table_uri}: {problem}. Nothing was written. Use "
+            "delta-spark's MERGE for this table."
+        )
+    if any(len(path) > 1 and not f.nullable for path, f in walk(shape.schema)):
+        raise ConfigurationError(
+            "mode='upsert' rewrites files with Spark's Parquet writer, which cannot keep NOT "
+            "NULL fields inside structs (deltalake's reader then refuses the files); nothing "
+            "was written. Use delta-rs's DeltaTable.merge() for this table."
+        )
+
+
+def _holds_maps(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_holds_maps(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _holds_maps(t.value_type)
+    return False
+
+
+def _check_sequence_type(name: str, t: pa.DataType) -> None:
+    if (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+    ):
+        return
+    raise UnsupportedTypeError(
+        f"sequence_by column {name!r} is {t}: the changes of a key are ordered by it, so it "
+        "must be a number, string, date or timestamp. To order by several columns (e.g. a "
+        "timestamp, then a log position), pass sequence_by=['ts', 'lsn']."
+    )
+
+
+def _check_key_type(name: str, f: DeltaField) -> None:
+    t = f.type
+    if isinstance(t, str) and (t in _KEY_TYPES or t.startswith("decimal")):
+        return
+    shown = t if isinstance(t, str) else type(t).__name__.removesuffix("Type").lower()
+    raise UnsupportedTypeError(
+        f"key column {name!r} is of type {shown}: upsert keys must be integers, decimals, "
+        "strings, binary, booleans, dates or timestamps (floating-point numbers compare "
+        "inexactly; nested values cannot be matched by key)."
+    )
+
+
+def classic_session() -> SparkSession | None:
+    """The classic SparkSession of this process (``None`` without a SparkContext here, as in a
+    Spark Connect client)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        return None
+    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+
+def _delete_when_columns(
+    session: SparkSession, delete_when: str | None, input_schema: pa.Schema
+) -> tuple[str, ...]:
+    """The input columns ``delete_when`` reads, found by Spark's analyzer on an empty
+    DataFrame of ``input_schema`` (no job runs).
+
+    Raises:
+        ConfigurationError: ``delete_when`` does not parse, does not analyze over the input
+            (an unknown column, an aggregate), is not boolean, or is not deterministic.
+    """
+    if delete_when is None:
+        return ()
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import BooleanType
+
+    empty = session.createDataFrame([], from_arrow_schema(input_schema))
+    try:
+        probe = empty.select(F.expr(delete_when).alias(_DELETE))
+        data_type = probe.schema[0].dataType
+        analyzed: Any = probe._jdf.queryExecution().analyzed()
+        deterministic = bool(analyzed.expressions().apply(0).deterministic())
+        references = analyzed.references().toSeq()
+        names = [str(references.apply(i).name()) for i in range(references.size())]
+    except Exception as err:  # ParseException, AnalysisException (Py4J-wrapped)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigurationError(
+            f"delete_when {delete_when!r} is not a Spark SQL predicate over the input's "
+            f"columns ({input_schema.names}): {type(err).__name__}: {first}"
+        ) from err
+    if not isinstance(data_type, BooleanType):
+        raise ConfigurationError(
+            f"delete_when {delete_when!r} is of type {data_type.simpleString()}, not a boolean "
+            "predicate: write it as a condition, e.g. \"op = 'D'\""
+        )
+    if not deterministic:
+        raise ConfigurationError(
+            f"delete_when {delete_when!r} is not deterministic: a replayed batch must delete "
+            "the same rows"
+        )
+    spelled = {n.lower(): n for n in input_schema.names}
+    return tuple(dict.fromkeys(spelled[n.lower()] for n in names if n.lower() in spelled))
+
+
+# -- one batch (driver-driven Spark work) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LiveFile:
+    """A live file of snapshot V, with its ranges per key column (``None``: unknown)."""
+
+    index: int  # row in the snapshot's add actions
+    logged_path: str
+    path: str
+    size: int
+    records: int | None
+    bounds: tuple[tuple[Any, Any] | None, ...]  # per key column; (lo, hi), None if unknown
+
+
+class _BatchKeys:
+    """The batch's keys per key column: sorted distinct values, or only (min, max)."""
+
+    def __init__(self, columns: list[list[Any]], exact: bool) -> None:
+        self._columns = columns
+        self._exact = exact
+
+    def may_hold(self, f: _LiveFile) -> bool:
+        """Whether ``f`` may hold a key of the batch (``True`` when its ranges are unknown)."""
+        for values, bounds in zip(self._columns, f.bounds, strict=True):
+            if bounds is None:
+                continue  # no stats for this column: it may
+            lo, hi = bounds
+            if lo is None or not values:
+                return False  # a null partition value (keys are never null), or no keys
+            try:
+                if not self._exact:  # values are [min, max]
+                    if values[-1] < lo or (hi is not None and values[0] > hi):
+                        return False
+                    continue
+                at = bisect.bisect_left(values, lo)
+                if at == len(values) or (hi is not None and values[at] > hi):
+                    return False
+            except TypeError:  # values Python cannot compare with the bounds: it may
+                continue
+        return True
+
+
+class UpsertStager:
+    """Computes one upsert batch in Spark and stages its files (see the module docstring).
+
+    Guarantees: the staged files hold exactly the touched files' rows that the batch does not
+    change plus the batch's latest non-delete changes, checked against the table's rules; the
+    returned :class:`StagedRewrite` names every file they replace and the snapshot read; a
+    run that fails leaves only its run directory, named by its manifest, for the committer's
+    clean-up.
+    """
+
+    def __init__(
+        self,
+        location: TableLocation,
+        plan: WritePlan,
+        upsert: UpsertPlan,
+        options: WriterOptions,
+        bytes_per_row: float | None,
+    ) -> None:
+        self._location = location
+        self._plan = plan
+        self._upsert = upsert
+        self._options = options
+        self._bytes_per_row = bytes_per_row
+
+    def stage(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
+        """Stage ``epoch``'s batch ``df`` on the newest snapshot; the result can ``redo`` it
+        once (on the snapshot newest then, into another run directory).
+
+        Raises:
+            NullConstraintError, ConstraintViolationError: a key or sequence value is NULL, a
+                key repeats without ``sequence_by``, or a row breaks a rule of the table
+                (raised in a Spark task).
+            UnsupportedTableFeatureError: a file that may hold a key cannot be read or removed
+                exactly (its logged path).
+            StagingError: the rewrite did not reproduce the rows it should have.
+        """
+        staged = self._run(df, epoch)
+        staged.redo = lambda: self._redo(df, epoch)
+        return staged, sum(f.num_records for f in staged)
+
+    def _redo(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
+        from framework.spark._errors import translate_task_error
+        from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
+
+        again = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-redo")
+        group: str | None = None
+        try:
+            with staging_job_group(df) as group:
+                return self._run(df, again)
+        except Exception as err:
+            wait_for_tasks_to_end(df, group)  # no late file may follow the clean-up
+            translated = translate_task_error(err)
+            if translated is err:
+                raise
+            raise translated from err
+
+    def _run(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
+        table = open_table(self._location)  # snapshot V (None: the commit creates the table)
+        read_version = None if table is None else table.version()
+        latest = self._latest(df).persist()
+        try:
+            return self._rewrite(df.sparkSession, table, read_version, latest, epoch)
+        finally:
+            latest.unpersist()
+
+    # -- 1. changes -----------------------------------------------------------------------
+
+    def _latest(self, df: DataFrame) -> DataFrame:
+        """One change per key (see the module docstring), with the keys renamed to
+        positional names and the delete flag; keys and sequence values checked."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        from framework.spark._plan import apply_input_plan
+
+        upsert = self._upsert
+        shown = (*upsert.keys, *upsert.sequence)
+        checks = tuple(
+            RowCheck(
+                error="NullConstraintError",
+                rule=f"{what} column {name!r} must not be NULL in an upsert",
+                predicate=f"{quote(name)} IS NOT NULL",
+                shown=shown,
+                hint=hint,
+            )
+            for what, names, hint in (
+                ("key", upsert.keys, "Every change must name the row it changes."),
+                (
+                    "sequence_by",
+                    upsert.sequence,
+                    "The changes of a key are ordered by it; fill it in (e.g. coalesce()).",
+                ),
+            )
+            for name in names
+        )
+        columns = [*upsert.keys, *(c for c in df.columns if c not in upsert.keys)]
+        identity = tuple(PlannedColumn(name=c, expression=quote(c)) for c in columns)
+        delete = f"coalesce(({upsert.delete_when}), false)" if upsert.delete_when else "false"
+        checked = apply_input_plan(
+            df,
+            InputPlan(
+                columns=(*identity, PlannedColumn(name=_DELETE, expression=delete)),
+                checks=checks,  # on the first output column, a key: never pruned
+                output=(*identity, PlannedColumn(name=_DELETE, expression=quote(_DELETE))),
+            ),
+        )
+        by_key = Window.partitionBy(*[F.col(quote(k)) for k in upsert.keys])
+        order = [F.col(quote(s)).desc() for s in upsert.sequence]
+        order.append(F.col(_DELETE).asc())
+        for name, as_json in upsert.tie_break:
+            value = F.to_json(F.col(quote(name))) if as_json else F.col(quote(name))
+            order.append(value.desc_nulls_last())
+        # The batch's own parallelism (its input splits), not spark.sql.shuffle.partitions:
+        # the result is cached, and Spark does not coalesce a cached plan's partitions, so a
+        # small batch would otherwise become hundreds of tasks and files.
+        checked = checked.repartition(_partitions_for(df), *[F.col(quote(k)) for k in upsert.keys])
+        ranked = checked.withColumn(_RANK, F.row_number().over(by_key.orderBy(*order)))
+        if not upsert.sequence:
+            values = [
+                F.concat(
+                    F.lit(f"{k} = "), F.coalesce(F.col(quote(k)).cast("string"), F.lit("NULL"))
+                )
+                for k in upsert.keys
+            ]
+            message = F.concat(
+                F.lit(
+                    "ConstraintViolationError: a key appears more than once in one upsert batch, "
+                    "and no sequence_by orders its changes: "
+                ),
+                F.concat_ws(", ", *values),
+                F.lit(
+                    ". Give each key one change per batch, or pass sequence_by=... to keep "
+                    "the latest."
+                ),
+            )
+            duplicated = F.count(F.lit(1)).over(by_key) > 1
+            ranked = ranked.withColumn(
+                _RANK, F.when(duplicated, F.raise_error(message)).otherwise(F.col(_RANK))
+            )
+        latest = ranked.where(F.col(_RANK) == 1).drop(_RANK)
+        keyed = [F.col(quote(k)).alias(_key(i)) for i, k in enumerate(upsert.keys)]
+        return latest.select(*keyed, F.col(_DELETE), *[F.col(quote(c)) for c in df.columns])
+
+    def _batch_keys(self, latest: DataFrame) -> tuple[_BatchKeys, int, int]:
+        """(the batch's keys per column, changes, non-delete changes); one Spark job, two for
+        a batch of more than ``PRUNE_KEYS_LIMIT`` keys."""
+        from pyspark.sql import functions as F
+
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        collected = latest.select(*names, _DELETE).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
+        if collected.num_rows <= PRUNE_KEYS_LIMIT:
+            columns = [sorted(set(collected.column(n).to_pylist())) for n in names]
+            deletes = collected.column(_DELETE).to_pylist()
+            changes = collected.num_rows
+            return _BatchKeys(columns, exact=True), changes, changes - sum(map(bool, deletes))
+        row = latest.agg(
+            F.count(F.lit(1)).alias("changes"),
+            F.count_if(~F.col(_DELETE)).alias("upserts"),
+            *[F.min(n).alias(f"min{i}") for i, n in enumerate(names)],
+            *[F.max(n).alias(f"max{i}") for i, n in enumerate(names)],
+        ).toArrow()
+        bounds = [
+            [row.column(f"min{i}")[0].as_py(), row.column(f"max{i}")[0].as_py()]
+            for i in range(len(names))
+        ]
+        changes = int(row.column("changes")[0].as_py())
+        return _BatchKeys(bounds, exact=False), changes, int(row.column("upserts")[0].as_py())
+
+    # -- 2. candidates --------------------------------------------------------------------
+
+    def _live_files(self, table: DeltaTable | None) -> tuple[list[_LiveFile], pa.Table | None]:
+        """Every live file of the snapshot with its key ranges, and the add actions."""
+        if table is None:
+            return [], None
+        actions = pa.table(table.get_add_actions(flatten=False))
+        if actions.num_rows == 0:
+            return [], actions
+        partition_by = set(self._plan.shape.partition_by)
+        per_key: list[list[tuple[Any, Any] | None]] = []
+        for name in self._upsert.table_keys:
+            if name in partition_by:
+                values = _struct_field(actions, "partition", name)
+                assert values is not None
+                per_key.append([(v, v) for v in values])
+                continue
+            lows = _struct_field(actions, "min", name)
+            highs = _struct_field(actions, "max", name)
+            if lows is None or highs is None:
+                per_key.append([None] * actions.num_rows)
+                continue
+            per_key.append(
+                [
+                    None if lo is None or hi is None else _widened(lo, hi)
+                    for lo, hi in zip(lows, highs, strict=True)
+                ]
+            )
+        paths = actions.column("path").to_pylist()
+        sizes = actions.column("size_bytes").to_pylist()
+        records = actions.column("num_records").to_pylist()
+        return [
+            _LiveFile(
+                index=i,
+                logged_path=paths[i],
+                path=unquote(paths[i]),
+                size=sizes[i],
+                records=records[i],
+                bounds=tuple(column[i] for column in per_key),
+            )
+            for i in range(actions.num_rows)
+        ], actions
+
+    def _check_readable(self, files: list[_LiveFile]) -> None:
+        """Every file that may hold a key must be readable by Spark and removable exactly.
+
+        Raises:
+            UnsupportedTableFeatureError: naming the first file that is not.
+        """
+        for f in files:
+            if (
+                removal_path(f.logged_path) is None
+                or "://" in f.path
+                or f.path.startswith("/")
+                or _GLOB_CHARACTERS & set(f.path)
+            ):
+                raise UnsupportedTableFeatureError(
+                    f"mode='upsert' cannot rewrite file {f.logged_path!r} of "
+                    f"{self._location.uri}: its logged path is absolute, uses a URL encoding "
+                    "delta-rs cannot write in a remove, or holds characters Spark would expand "
+                    "as a pattern. Nothing was committed; rewrite the file with the tool that "
+                    "wrote it (e.g. delta-rs's optimize.compact())."
+                )
+
+    # -- 3. touched files, 4. rewrite ------------------------------------------------------
+
+    def _rewrite(
+        self,
+        session: SparkSession,
+        table: DeltaTable | None,
+        read_version: int | None,
+        latest: DataFrame,
+        epoch: Epoch,
+    ) -> StagedRewrite:
+        from pyspark.sql import functions as F
+
+        from framework.spark._plan import apply_input_plan
+
+        keys, changes, upserts = self._batch_keys(latest)
+        live, actions = self._live_files(table)
+        candidates = [f for f in live if keys.may_hold(f)] if changes else []
+        self._check_readable(candidates)
+        key_names = [_key(i) for i in range(len(self._upsert.keys))]
+
+        def batch_keys(*columns: str) -> DataFrame:  # broadcast to the scans when collected
+            selected = latest.select(*columns)
+            return F.broadcast(selected) if changes <= PRUNE_KEYS_LIMIT else selected
+
+        touched, matched = self._touched(
+            session, candidates, actions, batch_keys(*key_names, _DELETE)
+        )
+        metrics = {
+            "numTargetFilesBeforeSkipping": len(live),
+            "numTargetFilesAfterSkipping": len(candidates),
+            "numTargetFilesRemoved": len(touched),
+            "numTargetRowsUpdated": sum(n for (_, delete), n in matched.items() if not delete),
+            "numTargetRowsDeleted": sum(n for (_, delete), n in matched.items() if delete),
+            "numChanges": changes,
+        }
+        replaced = tuple(
+            ReplacedFile(
+                logged_path=f.logged_path,
+                path=f.path,
+                size=f.size,
+                num_records=f.records,
+            )
+            for f in touched
+        )
+        rewrite = Rewrite(read_version=read_version, replaced=replaced, keys=self._upsert.keys)
+        if not touched and not upserts:  # nothing to write: a commit of the txn alone
+            metrics.update(numTargetFilesAdded=0, numTargetRowsCopied=0)
+            return StagedRewrite([], rewrite=dataclasses.replace(rewrite, metrics=metrics))
+        written = list(self._upsert.written)
+        rows_per_file = (
+            self._options.target_file_size / self._bytes_per_row
+            if self._bytes_per_row
+            else NEW_TABLE_ROWS_PER_FILE
+        )
+        new_rows = apply_input_plan(
+            latest.where(~F.col(_DELETE))
+            .select(*[F.col(quote(c)) for c in written])
+            .coalesce(max(1, math.ceil(upserts / rows_per_file))),  # files of about the target
+            self._plan.input_plan,
+        )
+        output = new_rows
+        if touched:
+            assert actions is not None
+            kept = self._kept_rows(session, touched, actions, batch_keys(*key_names))
+            output = new_rows.union(kept)
+        stager = SparkParquetStager(
+            self._location, self._plan.layout, self._options, self._bytes_per_row
+        )
+        staged, rows = stager.stage(output, epoch)
+        matched_rows = sum(matched.values())
+        if all(f.records is not None for f in touched):
+            copied = sum(f.records or 0 for f in touched) - matched_rows
+            if rows != copied + upserts:
+                raise StagingError(
+                    f"the upsert into {self._location.uri} wrote {rows} rows where the files it "
+                    f"rewrites keep {copied} and the batch adds {upserts}; nothing was "
+                    "committed. A file may have been deleted while it was read (VACUUM) or "
+                    "skipped by spark.sql.files.ignoreMissingFiles / ignoreCorruptFiles."
+                )
+            metrics["numTargetRowsCopied"] = copied
+        metrics["numTargetFilesAdded"] = len(staged)
+        return StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
+
+    def _file_column(self, session: SparkSession, scan: DataFrame) -> Any:
+        """The decoded path of each scanned row's file (as compaction spells it: a URI's path,
+        decoded, a literal ``+`` kept)."""
+        from pyspark.sql import functions as F
+
+        file_path = scan.metadataColumn("_metadata").getField("file_path")
+        encoded = F.parse_url(file_path, F.lit("PATH"))
+        return F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
+
+    def _scan(
+        self, session: SparkSession, files: list[_LiveFile], columns: list[str]
+    ) -> tuple[DataFrame, dict[str, _LiveFile]]:
+        """The rows of ``files`` (``columns`` of their data, typed as the table) with the
+        decoded path of their file in ``_FILE``; and the files by that path."""
+        from pyspark.sql import functions as F
+
+        from committers.delta._compact import _root_path, _spark_root  # (imports the committer)
+
+        root = _spark_root(self._location)
+        root_path = _root_path(session, root)
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
+        scan = session.read.schema(ddl).parquet(*[f"{root}/{f.path}" for f in files])
+        scan = scan.select(
+            *[F.col(quote(c)) for c in columns], self._file_column(session, scan).alias(_FILE)
+        )
+        return scan, {f"{root_path}/{f.path}": f for f in files}
+
+    def _partitions(
+        self, session: SparkSession, by_key: dict[str, _LiveFile], actions: pa.Table
+    ) -> DataFrame:
+        """``_FILE`` and the typed partition values of each file of ``by_key``."""
+        from pyspark.sql import functions as F
+
+        partition_by = list(self._plan.shape.partition_by)
+        rows = actions.take([f.index for f in by_key.values()])
+        struct = rows.column("partition").combine_chunks()
+        table = pa.table(
+            [pa.array(list(by_key), pa.string())] + [struct.field(c) for c in partition_by],
+            names=[_FILE, *partition_by],
+        )
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        return F.broadcast(session.createDataFrame(table)).select(
+            F.col(_FILE),
+            *[
+                F.col(quote(c)).cast(spark_type(fields[c].type, physical=False)).alias(c)
+                for c in partition_by
+            ],
+        )
+
+    def _touched(
+        self,
+        session: SparkSession,
+        candidates: list[_LiveFile],
+        actions: pa.Table | None,
+        batch_keys: DataFrame,
+    ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int]]:
+        """The candidates that hold a batch key, and their matching rows per (file, delete)."""
+        from pyspark.sql import functions as F
+
+        if not candidates:
+            return [], {}
+        assert actions is not None
+        partition_by = set(self._plan.shape.partition_by)
+        data_keys = [k for k in self._upsert.table_keys if k not in partition_by]
+        data_columns = self._plan.layout.file_schema.names
+        scan, by_key = self._scan(session, candidates, data_keys or data_columns[:1])
+        if len(data_keys) < len(self._upsert.table_keys):
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        keyed = scan.select(
+            F.col(_FILE),
+            *[F.col(quote(k)).alias(_key(i)) for i, k in enumerate(self._upsert.table_keys)],
+        )
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        counted = keyed.join(batch_keys, on=names).groupBy(_FILE, _DELETE).count().collect()
+        matched: dict[tuple[str, bool], int] = {}
+        for row in counted:
+            path = row[_FILE]
+            if path not in by_key:
+                raise StagingError(
+                    f"the upsert into {self._location.uri} read a row of {path!r}, which is not "
+                    "a file it asked Spark to read; nothing was committed"
+                )
+            matched[(path, bool(row[_DELETE]))] = int(row["count"])
+        touched_paths = {path for path, _ in matched}
+        touched = [f for path, f in by_key.items() if path in touched_paths]
+        return touched, {(by_key[p].logged_path, d): n for (p, d), n in matched.items()}
+
+    def _kept_rows(
+        self,
+        session: SparkSession,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        batch_keys: DataFrame,
+    ) -> DataFrame:
+        """The touched files' rows whose key the batch does not name, shaped as the table's
+        rules shape written rows (partition values spelled, no checks: they are the table's)."""
+        from pyspark.sql import functions as F
+
+        from framework.spark._plan import apply_input_plan
+
+        shape = self._plan.shape
+        data_columns = list(self._plan.layout.file_schema.names)
+        scan, by_key = self._scan(session, touched, data_columns)
+        if shape.partition_by:
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        rows = scan.select(
+            *[F.col(quote(f.name)) for f in shape.schema.fields],
+            *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
+        )
+        kept = rows.join(batch_keys, on=names, how="left_anti").drop(*names)
+        identity = tuple(
+            PlannedColumn(name=f.name, expression=quote(f.name)) for f in shape.schema.fields
+        )
+        return apply_input_plan(
+            kept, InputPlan(columns=identity, checks=(), output=self._plan.input_plan.output)
+        )
+
+
+def _partitions_for(df: DataFrame) -> int:
+    """Partitions for the batch's changes by key: its input's, at most
+    ``spark.sql.shuffle.partitions`` (planning only, no job runs)."""
+    jdf: Any = df._jdf
+    partitions = int(jdf.rdd().getNumPartitions())
+    shuffle = str(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if shuffle.isdigit():  # not "auto", as on some platforms
+        partitions = min(partitions, int(shuffle))
+    return max(1, partitions)
+
+
+def _struct_field(actions: pa.Table, column: str, name: str) -> list[Any] | None:
+    """``actions[column][name]`` as Python values, or ``None`` if the log has no such field."""
+    if column not in actions.column_names:
+        return None
+    struct = actions.column(column).combine_chunks()
+    if not pa.types.is_struct(struct.type) or struct.type.get_field_index(name) < 0:
+        return None
+    values: list[Any] = struct.field(name).to_pylist()
+    if struct.null_count:  # a file without stats: every field null
+        valid = struct.is_valid().to_pylist()
+        values = [v if ok else None for v, ok in zip(values, valid, strict=True)]
+    return values
+
+
+def _widened(lo: Any, hi: Any) -> tuple[Any, Any]:
+    """Bounds made safe against writers that truncate them."""
+    if isinstance(lo, datetime.datetime) and isinstance(hi, datetime.datetime):
+        return lo - _TIMESTAMP_SLACK, hi + _TIMESTAMP_SLACK
+    if isinstance(hi, str) and len(hi) >= _STRING_BOUND_CHARS:
+        return lo, None
+    return lo, hi

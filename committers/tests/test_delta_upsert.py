@@ -1,0 +1,435 @@
+"""Exactly-once upserts and deletes by key: ``DeltaSink(mode="upsert", keys=..., sequence_by=...,
+delete_when=...)`` applies each batch as ONE copy-on-write transaction carrying its txn."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.delta._upsert import UpsertConflictError
+from committers.tests._delta_helpers import data_files_on_disk, read_rows, staging_leftovers
+from committers.tests._readers import duckdb_rows
+from committers.tests._spark_helpers import forget_newest_commit
+from committers.tests._upsert_driver import APP_ID, run_cdc_stream, write_changes
+from framework import TwoPhaseSink
+from framework._crash import CRASH_VARIABLE
+from framework.errors import (
+    ConfigurationError,
+    ConstraintViolationError,
+    NullConstraintError,
+    SchemaMismatchError,
+    UnsupportedTypeError,
+)
+
+pytestmark = [pytest.mark.spark]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHANGES = "id long, name string, ts long, op string"
+
+
+def _apply(state: dict[int, tuple], changes: list[tuple]) -> None:
+    """The documented rule, for ``(id, *values, ts, op)`` changes of one batch: per id the
+    highest ts wins, then a change that is not a delete; a delete removes the row."""
+    latest: dict[int, tuple] = {}
+    for change in changes:
+        rank = (change[-2], change[-1] != "D")
+        held = latest.get(change[0])
+        if held is None or rank > (held[-2], held[-1] != "D"):
+            latest[change[0]] = change
+    for key, change in latest.items():
+        if change[-1] == "D":
+            state.pop(key, None)
+        else:
+            state[key] = change[1:-1]
+
+
+def _table_rows(uri: str, columns: list[str]) -> list[tuple]:
+    return sorted(tuple(r[c] for c in columns) for r in read_rows(uri, columns))
+
+
+def _duckdb_table_rows(uri: str, columns: list[str]) -> list[tuple]:
+    return sorted(tuple(r[c] for c in columns) for r in duckdb_rows(uri))
+
+
+def _log(uri: str) -> list[list[dict]]:
+    """The actions of every commit, oldest first."""
+    commits = sorted((Path(uri) / "_delta_log").glob("*.json"))
+    return [[json.loads(line) for line in p.read_text().splitlines()] for p in commits]
+
+
+def _files_ever_added(uri: str) -> set[str]:
+    return {a["add"]["path"] for commit in _log(uri) for a in commit if "add" in a}
+
+
+def _assert_clean(uri: str) -> None:
+    """No staged leftover: every data file on disk was committed at some version."""
+    assert staging_leftovers(uri) == []
+    assert data_files_on_disk(uri) <= _files_ever_added(uri)
+
+
+def _four_files(tmp_path: Path) -> str:
+    """A table (id, name, ts) of four files holding ids 0-9, 10-19, 20-29, 30-39."""
+    uri = str(tmp_path / "t")
+    for first in range(0, 40, 10):
+        ids = list(range(first, first + 10))
+        write_deltalake(
+            uri,
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "name": [f"n{i}" for i in ids],
+                    "ts": pa.array([0] * 10, pa.int64()),
+                }
+            ),
+            mode="append",
+        )
+    return uri
+
+
+def _upsert(uri: str, **options) -> TwoPhaseSink:
+    return TwoPhaseSink(
+        DeltaSink(
+            uri,
+            app_id="up",
+            mode="upsert",
+            keys=["id"],
+            sequence_by="ts",
+            delete_when="op = 'D'",
+            **options,
+        )
+    )
+
+
+def _changes(spark, rows: list[tuple]):
+    return spark.createDataFrame(rows, CHANGES)
+
+
+# -- a CDC stream, replayed and killed ---------------------------------------------------------
+
+CDC_BATCHES = [
+    [(i, f"v{i}", f"d{i % 2}", 1, "I") for i in range(1, 7)],
+    [
+        (1, "v1b", "d1", 2, "U"),
+        (2, "v2b", "d1", 2, "U"),  # moves from partition d0 to d1
+        (3, None, None, 2, "D"),
+        (4, "v4-newest", "d0", 3, "U"),
+        (4, "v4-older", "d0", 2, "U"),  # lower sequence, later in the file: loses
+        (7, None, None, 2, "D"),  # a delete of a key the table never held
+    ],
+    [
+        (5, None, None, 4, "D"),
+        (5, "v5-again", "d0", 5, "I"),  # a delete followed by a re-insert
+        (6, "v6b", "d0", 3, "U"),
+        (1, None, None, 9, "D"),
+        (8, "v8", "d1", 3, "I"),
+    ],
+]
+
+
+def test_a_cdc_stream_replayed_and_killed_before_a_commit_ends_exact(spark, tmp_path) -> None:
+    """Batches 0 and 1 run here; the checkpoint then forgets that batch 1 finished. The stream
+    restarts as its own process: batch 1 is a replay (skipped), and the process is SIGKILLed
+    after staging batch 2, before its commit. Restarted here, batch 2 is staged again and
+    committed once."""
+    source, table, checkpoint = tmp_path / "changes", str(tmp_path / "t"), tmp_path / "chk"
+    go, out, err = tmp_path / "go", tmp_path / "driver.out", tmp_path / "driver.err"
+    driver = [sys.executable, "-m", "committers.tests._upsert_driver"]
+    with out.open("w") as stdout_file, err.open("w") as stderr_file:
+        process = subprocess.Popen(  # starts Spark now, runs the stream once `go` exists
+            [*driver, str(source), table, str(checkpoint), str(go)],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), CRASH_VARIABLE: "before_commit@2"},
+            stdout=stdout_file,
+            stderr=stderr_file,
+            start_new_session=True,  # the crash kills its own process group, not pytest's
+        )
+    try:
+        for index in (0, 1):
+            write_changes(source, index, CDC_BATCHES[index])
+        first = run_cdc_stream(spark, str(source), table, str(checkpoint))
+        assert [(b.batch_id, b.status) for b in first.batches] == [
+            (0, "committed"),
+            (1, "committed"),
+        ]
+        assert forget_newest_commit(checkpoint) == 1
+        write_changes(source, 2, CDC_BATCHES[2])
+        go.touch()
+        process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    stdout, stderr = out.read_text(), err.read_text()
+    assert process.returncode == -signal.SIGKILL, stderr[-3000:]
+    assert "batch=1 epoch=1 app_id=cdc status=skipped" in stderr
+    assert "CRASH AT before_commit epoch=2" in stdout
+    assert DeltaTable(table).transaction_version(APP_ID) == 1  # batch 2 staged, not committed
+    assert staging_leftovers(table)  # its manifest names what it staged
+
+    restarted = run_cdc_stream(spark, str(source), table, str(checkpoint))
+    assert [(b.batch_id, b.status) for b in restarted.batches] == [(2, "committed")]
+
+    expected: dict[int, tuple] = {}
+    for changes in CDC_BATCHES:
+        _apply(expected, changes)
+    rows = sorted((key, *values) for key, values in expected.items())
+    columns = ["id", "name", "day", "ts"]  # op is what delete_when reads: not written
+    assert [f.name for f in DeltaTable(table).schema().fields] == columns
+    assert _table_rows(table, columns) == rows
+    assert _duckdb_table_rows(table, columns) == rows
+    assert DeltaTable(table).transaction_version(APP_ID) == 2
+    epochs = [
+        a["commitInfo"].get("sink.epochId") for c in _log(table) for a in c if "commitInfo" in a
+    ]
+    assert sorted(e for e in epochs if e is not None) == ["0", "1", "2"]  # each once
+    _assert_clean(table)
+
+
+# -- one batch ---------------------------------------------------------------------------------
+
+
+def test_out_of_order_duplicate_and_tied_changes_of_one_batch(spark, tmp_path) -> None:
+    uri = str(tmp_path / "t")
+    existing = {2: ("old2", 0), 3: ("old3", 0), 7: ("old7", 0)}
+    write_deltalake(
+        uri,
+        pa.table(
+            {
+                "id": pa.array(list(existing), pa.int64()),
+                "name": [v[0] for v in existing.values()],
+                "ts": pa.array([v[1] for v in existing.values()], pa.int64()),
+            }
+        ),
+    )
+    batch = [
+        (1, "late", 5, "U"),
+        (1, "early", 3, "U"),  # a lower sequence later in the batch loses
+        (2, "x", 4, "D"),
+        (2, "back", 6, "I"),  # deleted, then inserted again: present
+        (3, "new", 2, "I"),
+        (3, None, 7, "D"),  # inserted, then deleted: gone (with the row the table held)
+        (4, "tie-delete", 5, "D"),
+        (4, "tie-upsert", 5, "U"),  # same sequence: the change that is not a delete wins
+        (5, "a", 1, "I"),
+        (5, "b", 1, "I"),  # same sequence, both upserts: the greatest row ('b' > 'a') wins
+        (6, "same", 2, "U"),
+        (6, "same", 2, "U"),  # an exact duplicate
+    ]
+    metrics = _upsert(uri).write(_changes(spark, batch).repartition(3))
+    assert metrics.status == "committed"
+    expected = [
+        (1, "late", 5),
+        (2, "back", 6),
+        (4, "tie-upsert", 5),
+        (5, "b", 1),
+        (6, "same", 2),
+        (7, "old7", 0),
+    ]
+    assert _table_rows(uri, ["id", "name", "ts"]) == expected
+    info = next(a["commitInfo"] for a in _log(uri)[-1] if "commitInfo" in a)
+    assert info["operationMetrics"]["numChanges"] == "6"
+    assert info["operationMetrics"]["numTargetRowsDeleted"] == "1"  # id 3
+    assert info["operationMetrics"]["numTargetRowsUpdated"] == "1"  # id 2
+    assert info["isBlindAppend"] is False
+    assert json.loads(info["operationParameters"]["upsertKeys"]) == ["id"]
+
+
+def test_only_the_file_holding_the_key_is_read_and_rewritten_or_none(spark, tmp_path) -> None:
+    uri = _four_files(tmp_path)
+    version = DeltaTable(uri).version()
+    _upsert(uri).write(_changes(spark, [(15, "changed", 1, "U"), (99, None, 1, "D")]))
+    actions = _log(uri)[-1]
+    removed = [a["remove"]["path"] for a in actions if "remove" in a]
+    holding_15 = next(
+        a["add"]["path"]
+        for commit in _log(uri)
+        for a in commit
+        if "add" in a and json.loads(a["add"]["stats"])["minValues"]["id"] == 10
+    )
+    assert removed == [holding_15]
+    metrics = next(a["commitInfo"] for a in actions if "commitInfo" in a)["operationMetrics"]
+    assert metrics["numTargetFilesBeforeSkipping"] == "4"
+    assert metrics["numTargetFilesAfterSkipping"] == "1"  # stats ruled out the other three
+    assert metrics["numTargetRowsCopied"] == "9"
+    assert DeltaTable(uri).version() == version + 1
+    rows = _table_rows(uri, ["id", "name"])
+    assert len(rows) == 40 and (15, "changed") in rows
+
+    # Only deletes of keys no file can hold: nothing read or written, the txn still recorded.
+    _upsert(uri).write(_changes(spark, [(999, None, 2, "D")]), epoch_id=5)
+    actions = _log(uri)[-1]
+    assert not [a for a in actions if "add" in a or "remove" in a]
+    assert next(a["txn"] for a in actions if "txn" in a) == {"appId": "up:write", "version": 5}
+    assert DeltaTable(uri).version() == version + 2 and len(read_rows(uri, ["id"])) == 40
+
+
+# -- other writers -----------------------------------------------------------------------------
+
+
+def _interfering(monkeypatch, interfere) -> list[int]:
+    """Wrap delta-rs's commit call: ``interfere(n)`` runs before the n-th call (1, 2, ...)."""
+    original = DeltaTable.create_write_transaction
+    calls: list[int] = []
+
+    def wrapped(self, actions, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(actions))
+        interfere(len(calls))
+        return original(self, actions, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", wrapped)
+    return calls
+
+
+def _run_directories(uri: str, version: int) -> set[str]:
+    return {a["add"]["path"].split("/", 1)[0] for a in _log(uri)[version] if "add" in a}
+
+
+def test_a_concurrent_append_survives_and_costs_a_commit_attempt_only(
+    spark, tmp_path, monkeypatch
+) -> None:
+    uri = _four_files(tmp_path)
+
+    def append_once(call: int) -> None:
+        if call == 1:
+            appended = {"id": pa.array([200, 201], pa.int64()), "name": ["a", "b"], "ts": [0, 0]}
+            write_deltalake(uri, pa.table(appended), mode="append")
+
+    calls = _interfering(monkeypatch, append_once)
+    _upsert(uri).write(_changes(spark, [(5, "five", 1, "U"), (100, "new", 1, "I")]))
+    assert len(calls) == 2  # the commit was attempted again, on the newer snapshot
+    (run_directory,) = _run_directories(uri, DeltaTable(uri).version())
+    assert not run_directory.endswith("-redo")  # without computing the batch again
+    rows = dict(_table_rows(uri, ["id", "name"]))
+    assert rows[5] == "five" and rows[100] == "new" and rows[200] == "a" and rows[201] == "b"
+    assert len(rows) == 43 and len(read_rows(uri, ["id"])) == 43
+    _assert_clean(uri)
+
+
+def test_a_concurrent_rewrite_of_the_same_file_is_redone_once_then_fails_loudly(
+    spark, tmp_path, monkeypatch
+) -> None:
+    uri = _four_files(tmp_path)
+    theirs: list[str] = []
+    budget = [1]  # how many commits of ours another writer gets in before
+
+    def update_the_same_row(call: int) -> None:  # rewrites the file holding id 5
+        if budget[0] > 0:
+            budget[0] -= 1
+            theirs.append(f"theirs{len(theirs)}")
+            DeltaTable(uri).update(updates={"name": f"'{theirs[-1]}'"}, predicate="id = 5")
+
+    calls = _interfering(monkeypatch, update_the_same_row)
+    _upsert(uri).write(_changes(spark, [(5, "ours", 1, "U"), (15, "ours", 1, "U")]))
+    assert len(calls) == 2 and theirs == ["theirs0"]
+    (run_directory,) = _run_directories(uri, DeltaTable(uri).version())
+    assert run_directory.endswith("-redo")  # computed again on the snapshot with theirs0
+    rows = dict(_table_rows(uri, ["id", "name"]))
+    assert rows[5] == "ours" and rows[15] == "ours" and len(rows) == 40
+    _assert_clean(uri)
+
+    version = DeltaTable(uri).version()
+    budget[0] = 2  # now the first attempt and the redo each lose the file to the other writer
+    with pytest.raises(UpsertConflictError, match="another writer removed a file it rewrites"):
+        _upsert(uri).write(_changes(spark, [(5, "ours again", 2, "U")]), epoch_id=7)
+    assert theirs == ["theirs0", "theirs1", "theirs2"]
+    assert DeltaTable(uri).version() == version + 2  # the other writer's commits only
+    assert DeltaTable(uri).transaction_version("up:write") == 0  # epoch 7 never committed
+    rows = dict(_table_rows(uri, ["id", "name"]))
+    assert rows[5] == "theirs2" and len(rows) == 40
+    _assert_clean(uri)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_upsert_options_are_checked_at_construction(tmp_path) -> None:
+    uri = str(tmp_path / "t")
+    for options, message in [
+        ({"keys": ["id"]}, r"keys is an option of mode='upsert' \(got mode='append'\)"),
+        ({"sequence_by": "ts", "delete_when": "op = 'D'"}, "sequence_by, delete_when are"),
+        ({"mode": "upsert"}, r"mode='upsert' needs keys=\[...\]"),
+        ({"mode": "upsert", "keys": []}, r"mode='upsert' needs keys=\[...\]"),
+        ({"mode": "upsert", "keys": ["id", "ID"]}, "keys lists a column twice"),
+        ({"mode": "upsert", "keys": ["id"], "sequence_by": "id"}, "sequence_by names key"),
+        ({"mode": "upsert", "keys": ["id"], "delete_when": ""}, "delete_when must be a"),
+        ({"mode": "upsert", "keys": ["id"], "staging": "arrow"}, "staging='arrow' cannot"),
+        ({"mode": "merge"}, "mode must be 'append', 'overwrite' or 'upsert'"),
+    ]:
+        with pytest.raises(ConfigurationError, match=message):
+            DeltaSink(uri, **options)
+
+
+def test_inputs_an_upsert_cannot_apply_are_refused_before_anything_runs(spark, tmp_path) -> None:
+    uri = _four_files(tmp_path)
+    version = DeltaTable(uri).version()
+    changes = _changes(spark, [(1, "x", 1, "U")])
+    cases = [
+        (SchemaMismatchError, "keys names 'key', which is not a column", {"keys": ["key"]}),
+        (SchemaMismatchError, "sequence_by names 'seq'", {"sequence_by": "seq"}),
+        (ConfigurationError, "delete_when \"op = = 'D'\" is not a", {"delete_when": "op = = 'D'"}),
+        (ConfigurationError, "delete_when \"kind = 'D'\" is not a", {"delete_when": "kind = 'D'"}),
+        (ConfigurationError, "delete_when 'op' is of type string", {"delete_when": "op"}),
+        (ConfigurationError, "is not deterministic", {"delete_when": "rand() > 0.5"}),
+    ]
+    for error, message, options in cases:
+        sink = TwoPhaseSink(
+            DeltaSink(uri, mode="upsert", **{"keys": ["id"], "sequence_by": "ts", **options})
+        )
+        with pytest.raises(error, match=message):
+            sink.write(changes)
+    mapped = spark.createDataFrame([(1, {"a": 1})], "id long, m map<string, int>")
+    with pytest.raises(UnsupportedTypeError, match="sequence_by column 'm' is map"):
+        TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"], sequence_by="m")).write(mapped)
+    keyed = spark.createDataFrame([("k", "x", 1)], "key string, name string, ts long")
+    with pytest.raises(SchemaMismatchError, match=r"keys \['key'\] are not columns of"):
+        TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["key"])).write(keyed)
+    floating = spark.createDataFrame([(1.5, "x")], "f double, name string")
+    with pytest.raises(UnsupportedTypeError, match="key column 'f' is of type double"):
+        TwoPhaseSink(DeltaSink(str(tmp_path / "new"), mode="upsert", keys=["f"])).write(floating)
+    with pytest.raises(ConfigurationError, match="Spark has no Hadoop file system for s3://"):
+        TwoPhaseSink(DeltaSink("s3://bucket/t", mode="upsert", keys=["id"])).write(changes)
+    with pytest.raises(ConfigurationError, match=r"supports output modes \['append'\]"):
+        TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"])).write_stream(
+            spark.readStream.format("rate").load(),
+            checkpoint_location=str(tmp_path / "chk"),
+            output_mode="complete",
+        )
+    mapped_table = str(tmp_path / "mapped")
+    DeltaTable.create(
+        mapped_table,
+        schema=pa.schema([("id", pa.int64()), ("name", pa.string())]),
+        configuration={"delta.columnMapping.mode": "name"},
+    )
+    with pytest.raises(UnsupportedTableFeatureError, match="it uses column mapping"):
+        TwoPhaseSink(DeltaSink(mapped_table, mode="upsert", keys=["id"])).write(
+            spark.createDataFrame([(1, "x")], "id long, name string")
+        )
+    assert DeltaTable(uri).version() == version and not spark.streams.active
+    assert not (tmp_path / "new").exists()
+    _assert_clean(uri)
+
+
+def test_null_keys_and_unordered_repeated_keys_fail_the_batch_with_nothing_committed(
+    spark, tmp_path
+) -> None:
+    uri = _four_files(tmp_path)
+    version = DeltaTable(uri).version()
+    with pytest.raises(NullConstraintError, match="key column 'id' must not be NULL"):
+        _upsert(uri).write(_changes(spark, [(1, "x", 1, "U"), (None, "y", 1, "U")]))
+    unordered = TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"]))
+    with pytest.raises(ConstraintViolationError, match="no sequence_by orders its changes: id = 3"):
+        unordered.write(
+            spark.createDataFrame([(3, "a", 1), (3, "b", 1)], "id long, name string, ts long")
+        )
+    assert DeltaTable(uri).version() == version
+    assert len(read_rows(uri, ["id"])) == 40
+    _assert_clean(uri)
