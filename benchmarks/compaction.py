@@ -3,9 +3,11 @@ own ``DeltaTable.optimize.compact()``, on two copies of the same table of many s
 
 The table is written once by the sink itself (Spark staging, one job): ROWS rows (id, k, s, ts
 of ``_common.rows_df``) partitioned by ``p = k % 10`` over FILES / 10 tasks, so FILES small
-files, FILES / 10 per partition. Each repeat copies that pristine table twice and compacts one
+files, FILES / 10 per partition. Each repeat copies that pristine table and compacts one
 copy with each tool, alternating which goes first, with the same target size (128 MiB); both
-copies must then hold the same number of rows. Medians after a warm-up round.
+copies must then hold the same number of rows. A third side only reads the same files with
+Spark (into the ``noop`` sink): the floor under any rewrite done by Spark's own reader. Medians
+after a warm-up round.
 
 The ratio printed is delta-rs time / our time (above 1.0: ours is faster). A loaded machine
 flatters the side with more threads (both sides use both cores here, but not alike), so the
@@ -31,6 +33,7 @@ from deltalake import DeltaTable
 
 from committers.delta import DeltaSink
 from framework import TwoPhaseSink
+from framework.spark._files import parquet_files
 
 QUIET_LOAD = 0.5
 PARTITIONS = 10
@@ -79,7 +82,18 @@ def main() -> int:
             metrics = DeltaTable(uri).optimize.compact(target_size=TARGET)
             return int(metrics["numFilesAdded"])
 
-        sides = {"ours (DeltaSink.compact)": ours, "delta-rs optimize.compact": delta_rs}
+        def spark_scan(uri: str) -> int:
+            """The floor under any Spark rewrite: Spark reading the same files, writing nothing."""
+            files = [f"file://{p}" for p in DeltaTable(uri).file_uris()]
+            scan = parquet_files(spark, files, schema="id long, k int, s string, ts timestamp")
+            scan.write.format("noop").mode("overwrite").save()
+            return len(files)
+
+        sides = {
+            "ours (DeltaSink.compact)": ours,
+            "delta-rs optimize.compact": delta_rs,
+            "floor: Spark scan of them": spark_scan,
+        }
         times: dict[str, list[float]] = {name: [] for name in sides}
         added: dict[str, int] = {}
         for round_number in range(repeats + 1):  # round 0 is the warm-up

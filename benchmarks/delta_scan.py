@@ -2,20 +2,30 @@
 native path, and ``spark.read.parquet`` of the same files, side by side in one run.
 
 The table is written once by the sink (Spark staging, one job): ROWS rows of
-``_common.rows_df`` (id long, k int, s string, ts timestamp) in FILES files, unpartitioned, or
-partitioned by ``p = k % 10`` with ``--partitioned``. Each round reads the whole table with
-each reader, in alternating order, into Spark's ``noop`` sink (every row and column is
-materialized, nothing is written) and checks the row count; medians after a warm-up round.
+``_common.rows_df`` (id long, k int, s string, ts timestamp) range-partitioned by ``id`` into
+FILES files (so each file's ``id`` min/max stats cover a narrow range), unpartitioned, or
+partitioned by ``p = k % 10`` with ``--partitioned``. Each round runs every scan with each
+reader, in alternating order, into Spark's ``noop`` sink (every row and column is
+materialized, nothing is written), and the warm-up round checks each reader's row count
+against the others; medians after the warm-up round. The scans:
+
+* full:      every row;
+* partition: ``p = 3`` (with ``--partitioned`` only): a tenth of the partitions;
+* sorted:    ``id < ROWS / 20``: the 5 % of rows in the first files by ``id``.
+
+The readers:
 
 * python:  ``spark.read.format("deltalake").load(uri)``: pyarrow in Python workers, Arrow
-  batches into the JVM;
+  batches into the JVM; the filtered scans use ``filterPushdown`` (partitions pruned and files
+  skipped by their stats before any is opened);
 * native:  ``committers.delta.read_table(spark, uri)``: the snapshot's files to Spark's own
   Parquet reader;
-* parquet: ``spark.read.parquet(*files)`` of the snapshot's files (the floor: no Delta at all).
+* parquet: ``spark.read.option("basePath", uri).parquet(*files)`` of the snapshot's files (the
+  reference: no Delta at all; Spark prunes the partition directories itself).
 
-The ratios printed are python / native and native / parquet. A loaded machine distorts them, so
-they are not printed when the 1-minute load average is above 0.5 when the script starts,
-unless ``--force``.
+The ratios printed are throughputs against ``parquet`` (parquet time / reader time: above 1.0,
+faster than Spark's own scan). A loaded machine distorts them, so they are not printed when the
+1-minute load average is above 0.5 when the script starts, unless ``--force``.
 
 Usage: python benchmarks/delta_scan.py [ROWS] [FILES] [REPEATS] [--partitioned] [--force]
 """
@@ -55,7 +65,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="sink-scan-bench-"))
     try:
         uri = str(work / "table")
-        df = rows_df(spark, rows).repartition(files)
+        df = rows_df(spark, rows).repartitionByRange(files, "id")
         partition_by = ["p"] if partitioned else []
         if partitioned:
             df = df.withColumn("p", (F.col("k") % PARTITIONS).cast("int"))
@@ -67,42 +77,62 @@ def main() -> int:
         size = sum(Path(p.removeprefix("file://")).stat().st_size for p in paths)
         print(f"table: {len(paths)} files, {table.count()} rows, {size} bytes, {partition_by}")
         register(spark)
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+        scans = {"full": None, "sorted": f"id < {rows // 20}"}
+        if partitioned:
+            scans["partition"] = "p = 3"
+
+        def python(condition):
+            reader = spark.read.format("deltalake")
+            if condition:  # each query from its own load(): see docs/reading.md
+                reader = reader.option("filterPushdown", "true")
+            return reader.load(uri)
 
         readers = {
-            "python (format deltalake)": lambda: spark.read.format("deltalake").load(uri),
-            "native (read_table)": lambda: read_table(spark, uri),
-            "parquet (spark.read)": lambda: spark.read.parquet(*paths),
+            "python (format deltalake)": python,
+            "native (read_table)": lambda _: read_table(spark, uri),
+            "parquet (spark.read)": lambda _: spark.read.option("basePath", uri).parquet(*paths),
         }
-        times: dict[str, list[float]] = {name: [] for name in readers}
+        times = {(scan, name): [] for scan in scans for name in readers}
         for round_number in range(repeats + 1):  # round 0 is the warm-up
-            order = list(readers.items())
-            if round_number % 2:
-                order.reverse()
-            for name, make in order:
-                start = time.perf_counter()
-                make().write.format("noop").mode("overwrite").save()
-                elapsed = time.perf_counter() - start
-                if round_number == 0 and make().count() != rows:
-                    raise SystemExit(f"{name} did not read {rows} rows")
-                if round_number:
-                    times[name].append(elapsed)
+            for scan, condition in scans.items():
+                order = list(readers.items())
+                if round_number % 2:
+                    order.reverse()
+                counts = set()
+                for name, make in order:
+                    start = time.perf_counter()
+                    frame = make(condition)
+                    if condition:
+                        frame = frame.where(condition)
+                    frame.write.format("noop").mode("overwrite").save()
+                    elapsed = time.perf_counter() - start
+                    if round_number == 0:
+                        frame = make(condition)
+                        counts.add((frame.where(condition) if condition else frame).count())
+                    else:
+                        times[(scan, name)].append(elapsed)
+                if round_number == 0 and len(counts) != 1:
+                    raise SystemExit(f"the readers disagree on the {scan} scan: {counts}")
 
         print(f"\n{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
         print(f"{rows} rows x 4 columns{' + p' if partitioned else ''}, {len(paths)} files")
-        print(f"{'':28} {'median':>8}  runs (s)")
-        for name, values in times.items():
-            runs = ", ".join(f"{v:.2f}" for v in values)
-            print(f"{name:28} {median(values):7.2f}s  {runs}")
-        if load_before > QUIET_LOAD and not force:
+        quiet = load_before <= QUIET_LOAD or force
+        for scan, condition in scans.items():
+            print(f"\n{scan} scan{f' (where {condition})' if condition else ''}")
+            print(f"{'':28} {'median':>8}  {'vs parquet':>10}  runs (s)")
+            reference = median(times[(scan, "parquet (spark.read)")])
+            for name in readers:
+                values = times[(scan, name)]
+                runs = ", ".join(f"{v:.2f}" for v in values)
+                ratio = f"{reference / median(values):10.2f}" if quiet else f"{'-':>10}"
+                print(f"{name:28} {median(values):7.2f}s  {ratio}  {runs}")
+        if not quiet:
             print(
                 f"\nload average {load_before:.2f} > {QUIET_LOAD}: ratios not printed (a loaded "
                 "machine distorts them); rerun on a quiet machine, or pass --force"
             )
-            return 0
-        python, native, parquet = (median(v) for v in times.values())
-        print(
-            f"\npython / native: {python / native:.2f}   native / parquet: {native / parquet:.2f}"
-        )
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

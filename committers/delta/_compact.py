@@ -67,6 +67,7 @@ from committers.delta._spark_staging import (
     hadoop_can_write,
     run_directory,
     spark_manifest_path,
+    spark_uri,
 )
 from committers.delta._storage import TableLocation
 from committers.delta._table import COMMIT_RUN_ID, delta_rs_path, open_table
@@ -78,6 +79,7 @@ from framework.errors import (
     StagingError,
 )
 from framework.sink import Epoch
+from framework.spark._files import parquet_files
 from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
 
 if TYPE_CHECKING:
@@ -554,11 +556,6 @@ def _normalized(value: Any, t: pa.DataType) -> Any:
 # -- rewrite --------------------------------------------------------------------------------
 
 
-def _spark_root(location: TableLocation) -> str:
-    uri = location.uri.rstrip("/")
-    return uri if "://" in uri else f"file://{uri}"
-
-
 def _root_path(spark: SparkSession, root: str) -> str:
     """The decoded path component of the table root as Spark's file scan qualifies it."""
     session: Any = spark
@@ -576,7 +573,7 @@ def _rewrite(
     epoch: Epoch,
 ) -> list[StagedFile]:
     """Rewrite every group in Spark tasks; the staged files, checked against the groups."""
-    root = _spark_root(location)
+    root = spark_uri(location.uri.rstrip("/"))
     # Spark writes one file per task and partition; the groups hash onto tasks, so one task
     # may get two groups of a partition: cap its files at the largest group's rows.
     most_rows = max(g.records for g in groups)
@@ -616,7 +613,7 @@ def _group_rows(
             paths.append(f"{root}/{f.path}")
             mapping.append((f"{root_path}/{f.path}", index, *group.partition))
     schema = _read_schema(layout)
-    scan = spark.read.schema(schema).parquet(*paths)
+    scan = parquet_files(spark, paths, schema=schema)
     file_path = scan.metadataColumn("_metadata").getField("file_path")
     # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
     encoded = F.parse_url(file_path, F.lit("PATH"))
@@ -632,7 +629,9 @@ def _group_rows(
             ]
         ),
     )
-    joined = rows.join(files, on=_KEY, how="inner")
+    # Broadcast: Spark cannot size a local relation, and would otherwise shuffle and sort
+    # every row by its file path (a sort-merge join: 4x the time of the whole rewrite).
+    joined = rows.join(F.broadcast(files), on=_KEY, how="inner")
     return joined.repartition(len(groups), F.col(_GROUP)).select(
         *[F.col(quote(c)) for c in [*data_columns, *partition_columns]]
     )

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 from committers.delta._delta_schema import quote, spark_type
 from committers.delta._snapshot import Snapshot, SnapshotSpec, open_snapshot
 from committers.delta._source import DataFile, list_data_files, spell_partition_value
+from committers.delta._spark_staging import hadoop_has_filesystem, spark_uri
 from committers.delta._storage import TableLocation
+from framework.spark._files import parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -132,24 +134,9 @@ def _python_only_reason(spark: SparkSession, snapshot: Snapshot, has_options: bo
             "storage options reach delta-rs and fsspec, not Spark's Hadoop file systems, which "
             "would read the files with their own configuration"
         )
-    if not _hadoop_has_filesystem(spark, location.scheme):
+    if not hadoop_has_filesystem(spark, location.scheme):
         return f"Spark's Hadoop layer has no file system for {location.scheme}://"
     return None
-
-
-def _hadoop_has_filesystem(spark: SparkSession, scheme: str) -> bool:
-    """As ``_spark_staging.hadoop_can_write``: whether Hadoop has a FileSystem for ``scheme``."""
-    try:
-        session: Any = spark
-        conf = session._jsc.hadoopConfiguration()
-        session._jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
-        return True
-    except Exception:  # no JVM, or no class for the scheme
-        return False
-
-
-def _spark_uri(uri: str) -> str:
-    return uri if "://" in uri else f"file://{uri}"
 
 
 def _unreadable_paths(files: Sequence[DataFile], snapshot: Snapshot) -> str | None:
@@ -236,13 +223,14 @@ def _native(
         df = spark.createDataFrame([], schema)
     elif not shape.partition_by:
         how = f"Parquet scan of {len(files)} files"
-        df = spark.read.schema(schema).parquet(*(_spark_uri(f.uri(snapshot)) for f in files))
+        df = parquet_files(spark, [spark_uri(f.uri(snapshot)) for f in files], schema=schema)
     elif hive:
         how = f"Parquet scan of {len(files)} files, partition values from the Hive directories"
-        df = (
-            spark.read.schema(schema)
-            .option("basePath", _spark_uri(uri))
-            .parquet(*(_spark_uri(f.uri(snapshot)) for f in files))
+        df = parquet_files(
+            spark,
+            [spark_uri(f.uri(snapshot)) for f in files],
+            schema=schema,
+            base_path=spark_uri(uri),
         )
     else:
         groups = _by_partition(files, shape.partition_by)
@@ -254,8 +242,8 @@ def _native(
         scans = []
         for key, group in groups.items():
             values = dict(zip(shape.partition_by, key, strict=True))
-            scan = spark.read.schema(data_schema).parquet(
-                *(_spark_uri(f.uri(snapshot)) for f in group)
+            scan = parquet_files(
+                spark, [spark_uri(f.uri(snapshot)) for f in group], schema=data_schema
             )
             scans.append(
                 scan.select(

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import pyarrow as pa
 
 from committers.delta._rules import WritePlan
+from committers.delta._skipping import Op, Predicate, evaluate
 from framework.errors import ConfigurationError, SchemaMismatchError
 from framework.sink import RowCheck
 
@@ -44,15 +45,20 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _KEYWORDS = frozenset({"AND", "OR", "IN", "NOT", "IS", "NULL", "TRUE", "FALSE", "DATE"})
-_COMPARE = {
-    "=": lambda a, b: a == b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<>": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
+#: The parsed operators, as the evaluator's (``negated`` for the inequalities).
+_OPS: dict[str, tuple[Op, bool]] = {
+    "=": ("eq", False),
+    "==": ("eq", False),
+    "!=": ("eq", True),
+    "<>": ("eq", True),
+    "<": ("lt", False),
+    "<=": ("le", False),
+    ">": ("gt", False),
+    ">=": ("ge", False),
+    "in": ("in", False),
+    "not in": ("in", True),
+    "is null": ("is_null", False),
+    "is not null": ("is_not_null", False),
 }
 
 
@@ -65,20 +71,11 @@ class _Literal:
 @dataclass(frozen=True)
 class _Comparison:
     column: str
-    op: str  # a key of _COMPARE, "in", "not in", "is null", "is not null"
+    op: str  # a key of _OPS
     literals: tuple[_Literal, ...] = ()
 
 
 _Conjunction = tuple[_Comparison, ...]
-
-
-@dataclass(frozen=True)
-class _Bound:
-    """A comparison with the table's spelling of its column and its literals typed."""
-
-    column: str
-    op: str
-    values: tuple[Any, ...]
 
 
 class _Parser:
@@ -247,7 +244,7 @@ class ReplaceWhere:
 
     text: str
     _terms: tuple[_Conjunction, ...]
-    _bound: tuple[tuple[_Bound, ...], ...] | None = None
+    _bound: tuple[tuple[Predicate, ...], ...] | None = None
 
     @classmethod
     def parse(cls, text: object) -> ReplaceWhere:
@@ -265,9 +262,9 @@ class ReplaceWhere:
             ConfigurationError: a column's type is not supported, or a literal does not fit it.
         """
         by_name = {name.lower(): name for name in partition_schema.names}
-        bound: list[tuple[_Bound, ...]] = []
+        bound: list[tuple[Predicate, ...]] = []
         for conjunction in self._terms:
-            bound_conjunction: list[_Bound] = []
+            bound_conjunction: list[Predicate] = []
             for comparison in conjunction:
                 name = by_name.get(comparison.column.lower())
                 if name is None:
@@ -285,7 +282,9 @@ class ReplaceWhere:
                         "can be used."
                     )
                 typed = tuple(_typed(lit, name, dtype, self.text) for lit in comparison.literals)
-                bound_conjunction.append(_Bound(name, comparison.op, typed))
+                op, negated = _OPS[comparison.op]
+                value = typed if op == "in" else (typed[0] if typed else None)
+                bound_conjunction.append(Predicate(name, op, value, negated))
             bound.append(tuple(bound_conjunction))
         return ReplaceWhere(self.text, self._terms, tuple(bound))
 
@@ -295,24 +294,9 @@ class ReplaceWhere:
         if self._bound is None:
             raise RuntimeError("ReplaceWhere.bind() must run before matches()")
         return any(
-            all(_holds(c, partition_values) is True for c in conjunction)
+            all(evaluate(c, partition_values.get(c.column)) is True for c in conjunction)
             for conjunction in self._bound
         )
-
-
-def _holds(comparison: _Bound, partition_values: Mapping[str, Any]) -> bool | None:
-    """SQL's value of one comparison: ``None`` for NULL."""
-    value = partition_values.get(comparison.column)
-    if comparison.op in ("is null", "is not null"):
-        return (value is None) == (comparison.op == "is null")
-    if value is None:
-        return None
-    literals = comparison.values
-    if comparison.op == "in":
-        return value in literals
-    if comparison.op == "not in":
-        return value not in literals
-    return bool(_COMPARE[comparison.op](value, literals[0]))
 
 
 def with_replace_where(

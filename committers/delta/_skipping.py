@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from committers.delta._rules import TableShape
 
-__all__ = ["FilePruner", "Op", "Predicate", "is_exact"]
+__all__ = ["FilePruner", "Op", "Predicate", "evaluate", "is_exact"]
 
 Op = Literal[
     "eq",
@@ -161,7 +161,7 @@ def _compare(a: Any, b: Any) -> int:
     return 0 if a == b else (-1 if a < b else 1)
 
 
-def _evaluate(predicate: Predicate, value: Any) -> bool | None:
+def evaluate(predicate: Predicate, value: Any) -> bool | None:
     """The predicate on one value, in SQL three-valued logic (None = null).
 
     Raises:
@@ -351,7 +351,7 @@ class FilePruner:
             if partition:
                 value = action.get(f"partition.{name}")
                 try:
-                    result = _evaluate(predicate, value)
+                    result = evaluate(predicate, value)
                 except TypeError as err:
                     if is_exact(predicate, self.shape):
                         raise ValueError(

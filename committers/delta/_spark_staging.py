@@ -36,11 +36,17 @@ from framework.errors import StagingError
 from framework.spark._native import is_connect_dataframe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from framework.sink import Epoch
 
-__all__ = ["RUN_DIR_PREFIX", "SparkParquetStager", "hadoop_can_write"]
+__all__ = [
+    "RUN_DIR_PREFIX",
+    "SparkParquetStager",
+    "hadoop_can_write",
+    "hadoop_has_filesystem",
+    "spark_uri",
+]
 
 RUN_DIR_PREFIX = "batch-"
 _FOOTER_THREADS = 16
@@ -55,15 +61,24 @@ def hadoop_can_write(df: DataFrame, uri: str) -> bool:
     if is_connect_dataframe(df):
         return False
     scheme = uri.split("://", 1)[0] if "://" in uri else "file"
-    if scheme == "file":
-        return True
+    return scheme == "file" or hadoop_has_filesystem(df.sparkSession, scheme)
+
+
+def hadoop_has_filesystem(spark: SparkSession, scheme: str) -> bool:
+    """Whether Spark's Hadoop layer has a FileSystem class for ``scheme`` (False without a
+    JVM, as in Spark Connect)."""
     try:
-        session: Any = df.sparkSession
+        session: Any = spark
         conf = session._jsc.hadoopConfiguration()
         session._jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
         return True
     except Exception:  # no JVM (Spark Connect) or no class for the scheme
         return False
+
+
+def spark_uri(uri: str) -> str:
+    """``uri`` as Spark's file sources take it: a local path becomes a ``file://`` URL."""
+    return uri if "://" in uri else f"file://{uri}"
 
 
 def run_directory(epoch: Epoch) -> str:
@@ -109,10 +124,7 @@ class SparkParquetStager:
         return staged, sum(f.num_records for f in staged)
 
     def _spark_path(self, directory: str) -> str:
-        uri = self._location.uri.rstrip("/")
-        if "://" not in uri:
-            uri = f"file://{uri}"
-        return f"{uri}/{directory}"
+        return f"{spark_uri(self._location.uri.rstrip('/'))}/{directory}"
 
     def _write(self, df: DataFrame, path: str) -> None:
         jdf: Any = df._jdf

@@ -56,7 +56,7 @@ from committers.delta._delta_schema import DeltaField, quote, spark_type, walk
 from committers.delta._options import WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._rules import WritePlan
-from committers.delta._spark_staging import SparkParquetStager
+from committers.delta._spark_staging import SparkParquetStager, spark_uri
 from committers.delta._storage import TableLocation
 from committers.delta._table import open_table, removal_path
 from framework.errors import (
@@ -67,6 +67,7 @@ from framework.errors import (
     UnsupportedTypeError,
 )
 from framework.sink import Epoch, InputPlan, PlannedColumn, RowCheck
+from framework.spark._files import parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -806,13 +807,13 @@ class UpsertStager:
         decoded path of their file in ``_FILE``; and the files by that path."""
         from pyspark.sql import functions as F
 
-        from committers.delta._compact import _root_path, _spark_root  # (imports the committer)
+        from committers.delta._compact import _root_path  # (imports the committer)
 
-        root = _spark_root(self._location)
+        root = spark_uri(self._location.uri.rstrip("/"))
         root_path = _root_path(session, root)
         fields = {f.name: f for f in self._plan.shape.schema.fields}
         ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
-        scan = session.read.schema(ddl).parquet(*[f"{root}/{f.path}" for f in files])
+        scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
         scan = scan.select(
             *[F.col(quote(c)) for c in columns], self._file_column(session, scan).alias(_FILE)
         )

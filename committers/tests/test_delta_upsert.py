@@ -418,6 +418,34 @@ def test_inputs_an_upsert_cannot_apply_are_refused_before_anything_runs(spark, t
     _assert_clean(uri)
 
 
+@pytest.mark.parametrize(
+    ("configuration", "message"),
+    [
+        ({"delta.appendOnly": "true"}, "it is append-only"),
+        ({"delta.enableChangeDataFeed": "true"}, "it has the change data feed enabled"),
+        ({"delta.enableDeletionVectors": "true"}, "it uses deletion vectors"),
+    ],
+)
+def test_tables_whose_features_an_upsert_would_break_are_refused(
+    spark, tmp_path, configuration, message
+) -> None:
+    """Made by delta-rs, not by the sink: a rewrite would break append-only, leave the change
+    feed without the changes, or ignore rows deleted by deletion vectors."""
+    uri = str(tmp_path / "table")
+    DeltaTable.create(
+        uri,
+        schema=pa.schema([("id", pa.int64()), ("name", pa.string())]),
+        configuration=configuration,
+    )
+    version = DeltaTable(uri).version()
+    with pytest.raises(UnsupportedTableFeatureError, match=message):
+        TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"])).write(
+            spark.createDataFrame([(1, "x")], "id long, name string")
+        )
+    assert DeltaTable(uri).version() == version
+    _assert_clean(uri)
+
+
 def test_null_keys_and_unordered_repeated_keys_fail_the_batch_with_nothing_committed(
     spark, tmp_path
 ) -> None:

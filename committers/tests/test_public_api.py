@@ -7,12 +7,15 @@ import committers.delta
 
 def test_delta_public_surface_is_pinned():
     assert sorted(committers.delta.__all__) == [
+        "CompactionConflictError",
+        "CompactionResult",
         "DeltaCommittable",
         "DeltaGlobalCommitter",
         "DeltaSink",
         "StagedFile",
         "StagedFileSerializer",
         "UnsupportedTableFeatureError",
+        "UpsertConflictError",
         "WriterOptions",
         "read_table",
         "register",
