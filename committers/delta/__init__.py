@@ -8,6 +8,7 @@ from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._read_table import read_table, register
 from committers.delta._shutdown import register as _register_clean_exit
 from committers.delta._sink import DeltaSink
+from committers.delta._stream import SourceTableChangedError
 from committers.delta._upsert import UpsertConflictError
 
 # A table read back with delta-rs can otherwise abort the interpreter at exit (SIGABRT,
@@ -20,6 +21,7 @@ __all__ = [
     "DeltaCommittable",
     "DeltaGlobalCommitter",
     "DeltaSink",
+    "SourceTableChangedError",
     "StagedFile",
     "StagedFileSerializer",
     "UnsupportedTableFeatureError",

@@ -196,7 +196,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             f"app id {epoch.app_id!r} is used by two writers: batch {epoch.epoch_id} was "
             f"committed at table version {record.version} by writer {record.writer_identity!r},"
             f" not by this one ({epoch.writer_identity!r}). Skipping it would lose this "
-            "writer's rows; give each query its own app_id, or stop the other query."
+            "writer's rows; give each query its own app_id, or stop the other query (a new "
+            "checkpoint is a new query)."
         )
 
     def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:

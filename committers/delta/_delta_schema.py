@@ -29,6 +29,7 @@ __all__ = [
     "parse_schema",
     "quote",
     "spark_type",
+    "without_field_metadata",
 ]
 
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
@@ -284,3 +285,16 @@ def spark_type(t: DeltaType, *, physical: bool) -> str:
         return _PRIMITIVE_SPARK[t]
     except KeyError:
         raise ValueError(f"the sink cannot write Delta type {t!r}") from None
+
+
+def without_field_metadata(raw: Any) -> Any:
+    """A parsed Delta schema JSON without field metadata (column mapping ids, generation
+    expressions, comments): what a reader sees of the schema."""
+    if isinstance(raw, dict):
+        out = {k: without_field_metadata(v) for k, v in raw.items()}
+        if "metadata" in out and "name" in out:
+            out["metadata"] = {}
+        return out
+    if isinstance(raw, list):
+        return [without_field_metadata(v) for v in raw]
+    return raw

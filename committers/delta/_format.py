@@ -55,13 +55,17 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from committers.delta._delta_schema import without_field_metadata
 from committers.delta._skipping import Op, Predicate, is_exact
 from committers.delta._snapshot import Snapshot, SnapshotSpec, open_snapshot
 from committers.delta._source import FETCH_BATCHES, DeltaScan, delta_source
 from committers.delta._storage import TableLocation
+from committers.delta._stream import DeltaLogTail, StreamStart
 from framework.errors import ConfigurationError
 from framework.source import FileGroupSource, FileSourceConfig
+from framework.spark._format_writer import SinkBatchWriter, SinkStreamWriter
 from framework.spark._source import BoundedSourceReader
+from framework.spark._stream_source import AdmissionLimit, FileStreamReader
 
 __all__ = [
     "FORMAT_NAME",
@@ -70,13 +74,24 @@ __all__ = [
     "DeltaScanReader",
     "PruningDeltaScanReader",
     "ReadOptions",
+    "StreamOptions",
     "parse_options",
+    "parse_stream_options",
     "spark_schema",
 ]
 
 FORMAT_NAME = "deltalake"
 #: The options of a read that are not storage options.
 READ_OPTIONS = ("path", "versionAsOf", "timestampAsOf", "maxSplitBytes", "filterPushdown")
+#: The options only a streaming read takes.
+STREAM_OPTIONS = (
+    "startingVersion",
+    "skipChangeCommits",
+    "maxFilesPerTrigger",
+    "maxBytesPerTrigger",
+)
+#: Files per micro-batch unless ``maxFilesPerTrigger`` says otherwise (delta-spark's default).
+DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no", ""})
 
@@ -93,23 +108,10 @@ _COMPARISONS: dict[type, Op] = {
 }
 
 
-def _strip_metadata(raw: Any) -> Any:
-    """A Delta schema JSON without field metadata (column mapping ids, generation expressions:
-    the table's business, not the reader's)."""
-    if isinstance(raw, dict):
-        out = {k: _strip_metadata(v) for k, v in raw.items()}
-        if "metadata" in out and "name" in out:
-            out["metadata"] = {}
-        return out
-    if isinstance(raw, list):
-        return [_strip_metadata(v) for v in raw]
-    return raw
-
-
 def spark_schema(snapshot: Snapshot) -> StructType:
     """The snapshot's schema as Spark's: Delta's schema JSON is Spark's, so names, types and
     nullability (nested included) are the table's exactly."""
-    return StructType.fromJson(_strip_metadata(json.loads(snapshot.schema_json)))
+    return StructType.fromJson(without_field_metadata(json.loads(snapshot.schema_json)))
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             neither a read option nor a storage option of the location's scheme.
     """
     given = {str(k).lower(): v for k, v in options.items()}
+    for name in STREAM_OPTIONS:
+        given.pop(name.lower(), None)  # validated by parse_stream_options
     path = given.pop("path", None)
     if not path:
         raise ConfigurationError(
@@ -156,6 +160,56 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             "every other option is a storage option of the table."
         ) from err
     return ReadOptions(location, spec, config, filter_pushdown=pushdown in _TRUE)
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """A streaming read's own options, validated."""
+
+    start: StreamStart
+    skip_change_commits: bool
+    limit: AdmissionLimit
+
+
+def _positive_int(name: str, raw: object) -> int:
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigurationError(f"option {name} must be a positive integer, got {raw!r}")
+    return int(text)
+
+
+def _flag(name: str, raw: object) -> bool:
+    text = str(raw).strip().lower()
+    if text not in _TRUE | _FALSE:
+        raise ConfigurationError(f"option {name} must be true or false, got {raw!r}")
+    return text in _TRUE
+
+
+def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
+    """The options of ``spark.readStream.format("deltalake")`` beyond those of a batch read.
+
+    Raises:
+        ConfigurationError: a malformed value, or an option that names a snapshot
+            (``versionAsOf``, ``timestampAsOf``) or filter pushdown, which a stream has not.
+    """
+    given = {str(k).lower(): v for k, v in options.items()}
+    for name in ("versionAsOf", "timestampAsOf", "filterPushdown"):
+        if name.lower() in given:
+            raise ConfigurationError(
+                f"option {name} is for batch reads; a stream reads every version from where it "
+                "starts (use startingVersion)"
+            )
+    max_files = DEFAULT_MAX_FILES_PER_TRIGGER
+    if "maxfilespertrigger" in given:
+        max_files = _positive_int("maxFilesPerTrigger", given["maxfilespertrigger"])
+    max_bytes = None
+    if "maxbytespertrigger" in given:
+        max_bytes = _positive_int("maxBytesPerTrigger", given["maxbytespertrigger"])
+    return StreamOptions(
+        start=StreamStart.of(given.get("startingversion")),
+        skip_change_commits=_flag("skipChangeCommits", given.get("skipchangecommits", "false")),
+        limit=AdmissionLimit(max_files=max_files, max_bytes=max_bytes),
+    )
 
 
 def to_predicate(spark_filter: Filter) -> Predicate | None:
@@ -225,8 +279,9 @@ class DeltaDataSource(DataSource):
     def schema(self) -> StructType:
         """Resolve the snapshot (pinned for the rest of the read) and return its schema."""
         options = parse_options(self.options)
-        _, snapshot = open_snapshot(options.location, options.snapshot)
+        table, snapshot = open_snapshot(options.location, options.snapshot)
         self._scan = DeltaScan(snapshot, config=options.config)
+        self._table_id = str(table.metadata().id)
         self._pushdown = options.filter_pushdown
         return spark_schema(snapshot)
 
@@ -240,3 +295,35 @@ class DeltaDataSource(DataSource):
         if getattr(self, "_pushdown", False):
             return PruningDeltaScanReader(schema, scan)
         return DeltaScanReader(schema, scan)
+
+    def streamReader(self, schema: StructType) -> FileStreamReader:
+        """A stream of the files the table's commits append (see ``_stream.py``), read with
+        the schema of the version the query (re)starts at."""
+        scan: DeltaScan | None = getattr(self, "_scan", None)
+        if scan is None:
+            raise ConfigurationError(
+                f"the {FORMAT_NAME} format takes its schema from the table; read it without "
+                ".schema(...) (select or cast the columns afterwards)"
+            )
+        stream = parse_stream_options(self.options)
+        tail = DeltaLogTail(
+            scan.snapshot,
+            self._table_id,
+            stream.start,
+            skip_change_commits=stream.skip_change_commits,
+            config=scan.config,
+        )
+        return FileStreamReader(schema, tail, stream.limit)
+
+    def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
+        """``df.write.format("deltalake")``: one exactly-once commit (see
+        ``_format_writer.py`` for the options and the checks)."""
+        from committers.delta._format_writer import batch_writer
+
+        return batch_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamWriter:
+        """``df.writeStream.format("deltalake")``: one exactly-once commit per micro-batch."""
+        from committers.delta._format_writer import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)

@@ -262,6 +262,12 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         return frozenset({"append", "complete"})
 
     @property
+    def table_shape(self) -> TableShape:
+        """The table as :meth:`prepare` planned the write into it (schema, partitioning,
+        rules); a table the first commit creates included."""
+        return self._prepared()[1].shape
+
+    @property
     def table_uri(self) -> str:
         return self.location.uri
 

@@ -12,6 +12,7 @@ def test_delta_public_surface_is_pinned():
         "DeltaCommittable",
         "DeltaGlobalCommitter",
         "DeltaSink",
+        "SourceTableChangedError",
         "StagedFile",
         "StagedFileSerializer",
         "UnsupportedTableFeatureError",

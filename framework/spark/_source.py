@@ -50,7 +50,9 @@ __all__ = [
     "MAX_PLANNED_SPLITS",
     "BoundedSourceReader",
     "SplitsPartition",
+    "plan_partitions",
     "plan_splits",
+    "read_partition",
     "register_data_source",
 ]
 
@@ -176,51 +178,62 @@ class BoundedSourceReader(DataSourceReader):
     def partitions(self) -> list[SplitsPartition]:
         """One partition per split of the source (see the module docstring). An input without
         splits gives no partition (Spark then runs one task that reads nothing)."""
-        source = self.source()
-        serializer = source.split_serializer()
-        planned = [
-            SplitsPartition(index, (serialize_versioned(serializer, split),))
-            for index, split in enumerate(plan_splits(source))
-        ]
+        planned = plan_partitions(self.source())
         log.debug("%s planned %d partitions", type(self).__name__, len(planned))
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read the partition's splits to their end, as batches of the read schema.
+        """Read the partition's splits to their end (see :func:`read_partition`)."""
+        return read_partition(self.source(), partition, self._schema)
 
-        Raises:
-            SinkError: a record is not Arrow data, or lacks a column of the read schema; the
-                reader polled nothing while holding splits.
-            Exception: whatever the source's reader raised (Spark retries the task).
-        """
-        if not isinstance(partition, SplitsPartition):
-            if getattr(partition, "value", 0) is None:
-                return  # Spark's stand-in partition for a plan without any
-            raise SinkError(f"{type(self).__name__} cannot read partition {partition!r}")
-        source = self.source()
-        serializer = source.split_serializer()
-        splits = [deserialize_versioned(serializer, data) for data in partition.splits]
-        target = _spark_arrow_schema(self._schema)
-        reader = source.create_reader(_TaskContext(partition.index))
-        try:
-            reader.add_splits(splits)
-            reader.notify_no_more_splits()
-            reader.start()
-            output = _Collect()
-            while True:
-                status = reader.poll_next(output)
-                records, output.records = output.records, []
-                for record in records:
-                    yield from _conform(record, target)
-                if status is InputStatus.END_OF_INPUT:
-                    return
-                if status is InputStatus.NOTHING_AVAILABLE:
-                    raise SinkError(
-                        f"the reader of {type(source).__name__} has nothing to read but did "
-                        "not reach the end of its input after being told no more splits come"
-                    )
-        finally:
-            reader.close()
+
+def plan_partitions(source: Source[Any, Any, Any]) -> list[SplitsPartition]:
+    """One partition per split of a bounded ``source`` (see the module docstring)."""
+    serializer = source.split_serializer()
+    return [
+        SplitsPartition(index, (serialize_versioned(serializer, split),))
+        for index, split in enumerate(plan_splits(source))
+    ]
+
+
+def read_partition(
+    source: Source[Any, Any, Any], partition: InputPartition, schema: StructType
+) -> Iterator[pa.RecordBatch]:
+    """Read a planned partition's splits with ``source``'s reader to their end, as batches of
+    the read ``schema``.
+
+    Raises:
+        SinkError: a record is not Arrow data, or lacks a column of the read schema; the
+            reader polled nothing while holding splits.
+        Exception: whatever the source's reader raised (Spark retries the task).
+    """
+    if not isinstance(partition, SplitsPartition):
+        if getattr(partition, "value", 0) is None:
+            return  # Spark's stand-in partition for a plan without any
+        raise SinkError(f"cannot read partition {partition!r}: it was not planned by this adapter")
+    serializer = source.split_serializer()
+    splits = [deserialize_versioned(serializer, data) for data in partition.splits]
+    target = _spark_arrow_schema(schema)
+    reader = source.create_reader(_TaskContext(partition.index))
+    try:
+        reader.add_splits(splits)
+        reader.notify_no_more_splits()
+        reader.start()
+        output = _Collect()
+        while True:
+            status = reader.poll_next(output)
+            records, output.records = output.records, []
+            for record in records:
+                yield from _conform(record, target)
+            if status is InputStatus.END_OF_INPUT:
+                return
+            if status is InputStatus.NOTHING_AVAILABLE:
+                raise SinkError(
+                    f"the reader of {type(source).__name__} has nothing to read but did "
+                    "not reach the end of its input after being told no more splits come"
+                )
+    finally:
+        reader.close()
 
 
 def _conform(record: Any, target: pa.Schema) -> Iterator[pa.RecordBatch]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -10,7 +10,7 @@ import pyarrow as pa
 from framework._crash import crash_point
 from framework.sink import Epoch, Sink, WriterContext, serialize_versioned
 
-__all__ = ["TASK_RESULT_SCHEMA", "make_task_function", "positional_names"]
+__all__ = ["TASK_RESULT_SCHEMA", "make_task_function", "positional_names", "stage_task"]
 
 # One output row per task: its serialized committables, how many input rows it wrote and the
 # writer's own counters (SinkWriter.task_metrics).
@@ -47,34 +47,8 @@ def make_task_function(
     names = list(column_names)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        task = TaskContext.get()
-        context = WriterContext(
-            epoch=epoch,
-            partition_id=task.partitionId() if task else 0,
-            attempt_number=task.attemptNumber() if task else 0,
-            task_attempt_id=task.taskAttemptId() if task else 0,
-        )
-        writer = sink.create_writer(context)
-        rows = 0
-        try:
-            for batch in batches:
-                rows += batch.num_rows
-                writer.write(batch.rename_columns(names))
-                crash_point("staging", epoch.epoch_id)
-            committables = writer.prepare_commit(True)
-            counters = dict(writer.task_metrics())
-        except BaseException:
-            writer.abort()
-            raise
-        finally:
-            writer.close()
-        serializer = sink.committable_serializer()
-        if serializer is None or not committables:
-            payload: list[bytes] = []
-        else:
-            payload = [serialize_versioned(serializer, c) for c in committables]
+        renamed = (batch.rename_columns(names) for batch in batches)
+        payload, rows, counters = stage_task(sink, epoch, renamed)
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array([payload], _ARROW_SCHEMA.field("committables").type),
@@ -85,3 +59,41 @@ def make_task_function(
         )
 
     return run
+
+
+def stage_task(
+    sink: Sink[Any, Any, Any], epoch: Epoch, batches: Iterable[pa.RecordBatch]
+) -> tuple[list[bytes], int, dict[str, int]]:
+    """Write all ``batches`` of this Spark task with one sink writer and flush it.
+
+    Returns the task's committables (serialized), the rows it wrote and the writer's counters,
+    only once everything is flushed. On failure the writer's ``abort`` runs (best effort) and
+    the error propagates so Spark retries the task.
+    """
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    context = WriterContext(
+        epoch=epoch,
+        partition_id=task.partitionId() if task else 0,
+        attempt_number=task.attemptNumber() if task else 0,
+        task_attempt_id=task.taskAttemptId() if task else 0,
+    )
+    writer = sink.create_writer(context)
+    rows = 0
+    try:
+        for batch in batches:
+            rows += batch.num_rows
+            writer.write(batch)
+            crash_point("staging", epoch.epoch_id)
+        committables = writer.prepare_commit(True)
+        counters = dict(writer.task_metrics())
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        writer.close()
+    serializer = sink.committable_serializer()
+    if serializer is None or not committables:
+        return [], rows, counters
+    return [serialize_versioned(serializer, c) for c in committables], rows, counters

@@ -15,7 +15,6 @@ from framework._foreign_options import refuse_unknown_options
 from framework._logging import install_fallback_handlers
 from framework.errors import (
     CheckpointResetError,
-    CommitError,
     CommitStateUnknownError,
     ConfigurationError,
     SinkError,
@@ -23,6 +22,7 @@ from framework.errors import (
 )
 from framework.sink import Epoch, GlobalCommitter, OutputMode, Sink, deserialize_versioned
 from framework.spark._checkpoint import read_checkpoint, save_epoch_offset
+from framework.spark._commit import commit_epoch
 from framework.spark._errors import (
     install_py4j_log_filter,
     mark_reported,
@@ -38,6 +38,7 @@ from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function, posit
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.types import StructType
 
 __all__ = ["TwoPhaseSink"]
 
@@ -91,14 +92,23 @@ def _reject_spark_only_types(data_type: Any, path: str) -> None:
 
 
 def _arrow_schema(df: DataFrame) -> Any:
+    return arrow_schema_of(df.schema)
+
+
+def arrow_schema_of(schema: StructType) -> Any:
+    """The Arrow schema a sink is prepared with for rows of Spark ``schema``.
+
+    Raises:
+        UnsupportedTypeError: a type sinks cannot store faithfully, or Arrow cannot hold.
+    """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    for field in df.schema.fields:
+    for field in schema.fields:
         _reject_spark_only_types(field.dataType, field.name)
 
     try:
         # Instants are UTC whatever the session time zone; the sink stores UTC timestamps.
-        return to_arrow_schema(df.schema, timezone="UTC", prefers_large_types=False)
+        return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
     except Exception as err:  # pyspark raises TypeError / its own errors for unsupported types
         raise UnsupportedTypeError(
             f"the DataFrame has a column type that cannot be written through Arrow: {err}. "
@@ -522,7 +532,7 @@ class TwoPhaseSink:
                     rows=rows,
                     counters=counters,
                 )
-            self._commit(committer, epoch, committables)
+            commit_epoch(self.sink, committer, epoch, committables, attempts=self.commit_attempts)
             crash_point("after_commit", epoch.epoch_id)
         except CommitStateUnknownError:
             raise  # leave staged files: the replay of this batch reconciles and cleans up
@@ -547,29 +557,6 @@ class TwoPhaseSink:
             commit_seconds=committed - staged,
             rows=rows,
             counters=counters,
-        )
-
-    def _commit(
-        self, committer: GlobalCommitter[Any, Any], epoch: Epoch, committables: list[Any]
-    ) -> None:
-        per_committable = self.sink.create_committer()
-        if per_committable is not None:
-            pending = committables
-            for _ in range(self.commit_attempts):
-                pending = per_committable.commit(pending)
-                if not pending:
-                    break
-            else:
-                raise CommitError(f"committer left {len(pending)} committables uncommitted")
-        pending_global = committer.filter_recovered_committables(
-            [committer.combine(epoch, committables)]
-        )
-        for _ in range(self.commit_attempts):
-            pending_global = committer.commit(pending_global)
-            if not pending_global:
-                return
-        raise CommitError(
-            f"global committer asked to retry batch {epoch.epoch_id} {self.commit_attempts} times"
         )
 
     def _record(
