@@ -332,7 +332,10 @@ def batch_writer(
         bounded=True,
     )
     committer = sink.create_global_committer()
-    skip = committer.is_committed(epoch)
+    try:
+        skip = committer.is_committed(epoch)
+    finally:
+        committer.close()
     if skip:
         log.info(
             "txnAppId %r txnVersion %d is already in %s: the write is skipped",

@@ -169,7 +169,8 @@ def _spark_unescape(text: str) -> str:
 def _hive_layout(files: Sequence[DataFile], snapshot: Snapshot) -> bool:
     """Whether the table is partitioned and Spark's partition discovery, given the table root
     as ``basePath``, finds in every file's directories exactly the partition values the log
-    gives it."""
+    gives it (the last directories of each file's path; those above must not look like
+    partitions)."""
     shape = snapshot.shape
     columns = shape.partition_by
     if not columns or any(shape.schema.field(c).type not in _HIVE_SAFE_TYPES for c in columns):
@@ -178,7 +179,10 @@ def _hive_layout(files: Sequence[DataFile], snapshot: Snapshot) -> bool:
         if "://" in file.path or file.path.startswith("/"):
             return False
         directories = file.path.split("/")[:-1]
-        if len(directories) != len(columns):
+        # Directories above the partition ones (the sink's Spark staging writes
+        # batch-<n>-<run>/day=.../) end Spark's partition parsing, if they are not key=value.
+        above, directories = directories[: -len(columns)], directories[-len(columns) :]
+        if len(directories) != len(columns) or any("=" in d for d in above):
             return False
         for directory, column in zip(directories, columns, strict=True):
             name, sep, raw = directory.partition("=")

@@ -388,6 +388,34 @@ def test_read_table_hands_the_files_to_sparks_parquet_reader(spark, history, cap
 
 
 @pytest.mark.spark
+def test_tables_the_sink_staged_with_spark_are_one_hive_partitioned_scan(spark, tmp_path, caplog):
+    """Spark staging puts a table's files under batch-<n>-<run>/p=.../n=.../: a directory above
+    the partition ones, which ends Spark's partition parsing without adding a column."""
+    from pyspark.sql.pandas.types import from_arrow_schema as spark_schema_of
+
+    from committers.delta import DeltaSink
+    from framework import TwoPhaseSink
+
+    uri = str(tmp_path / "staged")
+    rows = _table(
+        range(0, 6),
+        ["a b/c%", None, "x", "x", "z", "z"],
+        [1, 1, 2, None, 3, 3],
+        ["s"] * 6,
+        [1.0] * 6,
+    )
+    df = spark.createDataFrame(rows.to_pylist(), schema=spark_schema_of(rows.schema))
+    TwoPhaseSink(DeltaSink(uri, partition_by=["p", "n"], staging="spark")).write(df)
+    assert all("/batch-" in path for path in DeltaTable(uri).file_uris())
+    with caplog.at_level(logging.INFO, logger="committers.delta"):
+        native = read_table(spark, uri)
+    assert "partition values from the Hive directories" in caplog.text
+    assert _plan(native).count("FileScan parquet") == 1
+    assert _rows(native.toArrow()) == _rows(_delta_rs(uri))
+    assert sorted(r.id for r in native.where("p = 'x' AND n = 2").collect()) == [2]
+
+
+@pytest.mark.spark
 def test_partition_types_spark_cannot_parse_from_directories_become_literals(spark, tmp_path):
     uri = str(tmp_path / "odd")
     odd = pa.table(

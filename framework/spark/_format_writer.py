@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
 
 from framework._crash import crash_point
 from framework.errors import CommitStateUnknownError, SinkError
-from framework.sink import Epoch, Sink, deserialize_versioned
+from framework.sink import Epoch, GlobalCommitter, Sink, deserialize_versioned
 from framework.spark._commit import commit_epoch
 from framework.spark._tasks import stage_task
 
@@ -85,6 +85,18 @@ def _commit_once(sink: Sink[Any, Any, Any], epoch: Epoch, messages: list[Any]) -
         return
     staged = [m for m in messages if isinstance(m, StagedMessage)]
     try:
+        _commit_or_skip(sink, committer, epoch, staged)
+    finally:
+        committer.close()
+
+
+def _commit_or_skip(
+    sink: Sink[Any, Any, Any],
+    committer: GlobalCommitter[Any, Any],
+    epoch: Epoch,
+    staged: list[StagedMessage],
+) -> None:
+    try:
         if committer.is_committed(epoch):
             log.info("epoch %s of %r is already committed: skipped", epoch.epoch_id, epoch.app_id)
             committer.clean_up(epoch)
@@ -107,7 +119,6 @@ def _commit_once(sink: Sink[Any, Any, Any], epoch: Epoch, messages: list[Any]) -
             log.warning("cleanup after failed epoch %s failed: %s", epoch.epoch_id, cleanup_error)
         raise
     committer.clean_up(epoch)
-    committer.close()
     log.info(
         "committed epoch %s of %r: %d rows, %d files",
         epoch.epoch_id,
