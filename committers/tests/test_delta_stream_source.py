@@ -304,3 +304,40 @@ def test_timestamp_partition_values_of_commits_are_read_as_delta_rs_reads_them(s
     uri = _table(tmp_path, range(0, 3), range(3, 6), partition_by=("ts",))
     delivered = _run(spark, uri, tmp_path / "cp", startingVersion=0)  # commits, not a snapshot
     assert _sorted(r for rows in delivered.values() for r in rows) == _delta_rs_rows(uri)
+
+
+@pytest.mark.spark
+def test_a_table_on_s3_streams_into_a_table_on_s3_exactly_once(spark, s3, bucket, tmp_path):
+    """Offsets, commit files and data files read through fsspec; the format writer stages and
+    commits on S3; a replayed batch is skipped by the target."""
+    from committers.tests._spark_helpers import forget_newest_commit
+
+    register(spark)
+    options = s3.storage_options()
+    source, target = f"s3://{bucket}/stream/source", f"s3://{bucket}/stream/target"
+    write_deltalake(source, _rows(range(0, 20)), partition_by=["p"], storage_options=options)
+    checkpoint = tmp_path / "checkpoint"
+
+    def run():
+        reader = spark.readStream.format("deltalake").option("maxFilesPerTrigger", "2")
+        writer = reader.options(**options).load(source).writeStream.format("deltalake")
+        query = (
+            writer.options(**options)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start(target)
+        )
+        query.awaitTermination(120)
+        if query.exception() is not None:
+            raise query.exception()
+
+    run()
+    write_deltalake(
+        source, _rows(range(20, 30)), partition_by=["p"], mode="append", storage_options=options
+    )
+    forget_newest_commit(checkpoint)
+    run()
+    table = DeltaTable(target, storage_options=options).to_pyarrow_table().select(SCHEMA.names)
+    assert _sorted(tuple(r.values()) for r in table.to_pylist()) == _sorted(
+        tuple(r.values()) for r in _rows(range(0, 30)).to_pylist()
+    )
