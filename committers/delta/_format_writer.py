@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import StructType as SparkStructType
 
 from committers.delta._delta_schema import ArrayType, DeltaField, MapType, StructType, walk
+from committers.delta._format import FORMAT_NAME
 from committers.delta._replace_where import ReplaceWhere
 from committers.delta._rules import _MAX_MICROS, _MIN_MICROS, TableShape
 from committers.delta._sink import DeltaSink
@@ -54,7 +55,6 @@ __all__ = ["WRITE_OPTIONS", "DeltaBatchCheck", "WriteOptions", "batch_writer", "
 
 log = logging.getLogger("committers.delta")
 
-FORMAT = "deltalake"
 #: The options of a write that are not storage options.
 WRITE_OPTIONS = (
     "path",
@@ -124,8 +124,8 @@ def parse_write_options(options: Mapping[str, str], *, overwrite: bool) -> Write
     path = given.pop("path", None)
     if not path:
         raise ConfigurationError(
-            f"the {FORMAT} format needs the table's path: "
-            f"df.write.format({FORMAT!r}).mode('append').save('/path/to/table')"
+            f"the {FORMAT_NAME} format needs the table's path: "
+            f"df.write.format({FORMAT_NAME!r}).mode('append').save('/path/to/table')"
         )
     txn_app = given.pop("txnappid", None)
     app_id = given.pop("app_id", None)
@@ -156,7 +156,7 @@ def parse_write_options(options: Mapping[str, str], *, overwrite: bool) -> Write
         location = TableLocation.of(path, given)
     except ConfigurationError as err:
         raise ConfigurationError(
-            f"{err}. The {FORMAT} writer's own options are {', '.join(WRITE_OPTIONS)}; every "
+            f"{err}. The {FORMAT_NAME} writer's own options are {', '.join(WRITE_OPTIONS)}; every "
             "other option is a storage option of the table."
         ) from err
     return WriteOptions(
@@ -220,7 +220,7 @@ class DeltaBatchCheck:
         needing_sql = _rules_needing_sql(shape)
         if needing_sql:
             raise ConfigurationError(
-                f"df.write.format({FORMAT!r}) cannot enforce the {'; '.join(needing_sql)} of "
+                f"df.write.format({FORMAT_NAME!r}) cannot enforce the {'; '.join(needing_sql)} of "
                 f"{uri}: Spark hands a Python data source its rows without running the SQL "
                 "these rules need. Write with TwoPhaseSink(DeltaSink(...)).write(df) (or "
                 "write_stream), which enforces them in Spark."
@@ -315,7 +315,7 @@ def batch_writer(
         raise ConfigurationError(_TXN_PAIR)
     sink, check = _prepared(options, schema, overwrite)
     if options.app_id is None or options.txn_version is None:
-        app_id = f"{FORMAT}-write-{uuid.uuid4()}"
+        app_id = f"{FORMAT_NAME}-write-{uuid.uuid4()}"
         epoch = Epoch(
             app_id=app_id,
             epoch_id=0,
@@ -379,7 +379,7 @@ def stream_writer(
     """
     if overwrite:
         raise ConfigurationError(
-            f"writeStream.format({FORMAT!r}) appends; for outputMode('complete') use "
+            f"writeStream.format({FORMAT_NAME!r}) appends; for outputMode('complete') use "
             "TwoPhaseSink(DeltaSink(...)).write_stream(df, output_mode='complete')"
         )
     given = {str(k).lower() for k in raw_options}
@@ -393,7 +393,7 @@ def stream_writer(
     app_id = options.app_id or query_id
     if app_id is None:
         raise ConfigurationError(
-            f"writeStream.format({FORMAT!r}) needs the query's checkpoint (option "
+            f"writeStream.format({FORMAT_NAME!r}) needs the query's checkpoint (option "
             "checkpointLocation) or an app_id option: its commits are keyed by them"
         )
     sink, check = _prepared(options, schema, False)
