@@ -2,7 +2,9 @@
 df.write.parquet, same DataFrame, same process, alternating, median of N after a warm-up.
 
 Also measured: the "arrow" path's ceiling, moving the rows into Python workers through
-``mapInArrow`` with no Parquet at all (the function only counts rows).
+``mapInArrow`` with no Parquet at all (the function only counts rows); and
+``df.write.format("deltalake")``, the same exactly-once commit through Spark's Python Data
+Source API (Arrow writers in the tasks).
 
 Ratios are Spark time / sink time (1.0: as fast as Spark's own Parquet writer), against Spark
 writing the same file format as the sink (timestamps as INT64 microseconds; Spark's default,
@@ -27,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine, median, rows_df, spark_session, timed
 
-from committers.delta import DeltaSink
+from committers.delta import DeltaSink, register
 from framework import TwoPhaseSink
 
 QUIET_LOAD = 0.5
@@ -41,6 +43,7 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     spark = spark_session("throughput-benchmark")
     df = rows_df(spark, rows)
+    register(spark)
     work = Path(tempfile.mkdtemp(prefix="sink-bench-"))
     sizes: dict[str, int] = {}
 
@@ -68,6 +71,12 @@ def main() -> int:
 
         return run
 
+    def format_writer(i: int) -> None:
+        target = work / f"format-{i}"
+        df.write.format("deltalake").mode("append").save(str(target))
+        sizes["format deltalake"] = sum(p.stat().st_size for p in target.rglob("*.parquet"))
+        shutil.rmtree(target)
+
     def transfer_only(i: int) -> None:
         def count(batches):  # type: ignore[no-untyped-def]
             import pyarrow as pa
@@ -83,6 +92,7 @@ def main() -> int:
         "parquet INT96": spark_parquet("INT96"),
         "staging=spark": delta_sink("spark"),
         "staging=arrow": delta_sink("arrow"),
+        "format deltalake": format_writer,
         "mapInArrow only": transfer_only,
     }
     times: dict[str, list[float]] = {name: [] for name in contenders}
@@ -105,7 +115,14 @@ def main() -> int:
     if load_before > QUIET_LOAD and not force:
         print(f"load above {QUIET_LOAD}: ratios not reported (they would flatter the sink)")
         return 1
-    for name in ("staging=spark", "staging=arrow", "mapInArrow only", "parquet INT96"):
+    names = (
+        "staging=spark",
+        "staging=arrow",
+        "format deltalake",
+        "mapInArrow only",
+        "parquet INT96",
+    )
+    for name in names:
         print(f"ratio {name:16} {medians[reference] / medians[name]:.2f}  (vs {reference})")
     return 0
 
