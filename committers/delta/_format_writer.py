@@ -251,8 +251,11 @@ class DeltaBatchCheck:
     def _check_covered(self, batch: pa.RecordBatch) -> None:
         assert self._replace_where is not None
         columns = list(self._partitions)
-        present = pa.Table.from_batches([batch]).select(columns)
-        for values in present.group_by(columns).aggregate([]).to_pylist():
+        given = [c for c in columns if c in batch.schema.names]  # a missing one is null
+        present = pa.Table.from_batches([batch]).select(given)
+        combinations = present.group_by(given).aggregate([]).to_pylist() if given else [{}]
+        for combination in combinations:
+            values = {c: combination.get(c) for c in columns}
             if not self._replace_where.matches(values):
                 raise ConstraintViolationError(
                     f"replaceWhere ({self._replace_where.text}) is violated by a row with "

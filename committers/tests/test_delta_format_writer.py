@@ -265,3 +265,50 @@ def test_write_options_are_validated_before_anything_is_written():
     ]:
         with pytest.raises(ConfigurationError, match=message):
             parse_write_options(bad, overwrite=overwrite)
+
+
+def test_the_arrow_checks_refuse_what_the_table_cannot_hold():
+    import datetime as dt_
+
+    import pyarrow as pa
+
+    from committers.delta._format_writer import DeltaBatchCheck
+    from committers.delta._replace_where import ReplaceWhere
+    from committers.delta._rules import TableShape
+    from framework.errors import ConstraintViolationError, NullConstraintError
+
+    schema = pa.schema([("id", pa.int64()), ("day", pa.string()), ("d", pa.date32())])
+    shape = TableShape.for_new_table(schema, ["day", "d"])
+    where = ReplaceWhere.parse("day = '1'").bind(pa.schema([schema.field("day")]), "t")
+    check = DeltaBatchCheck(shape, schema, where, "t")
+    ok = pa.record_batch([[1], ["1"], [dt_.date(2026, 1, 1)]], schema=schema)
+    assert check(ok).num_rows == 1
+    with pytest.raises(ConstraintViolationError, match=r"replaceWhere \(day = '1'\)"):
+        check(pa.record_batch([[1], ["2"], [dt_.date(2026, 1, 1)]], schema=schema))
+    without_day = pa.schema([("id", pa.int64()), ("d", pa.date32())])
+    partial = DeltaBatchCheck(shape, without_day, where, "t")
+    with pytest.raises(ConstraintViolationError, match="violated by a row with"):
+        partial(pa.record_batch([[1], [dt_.date(2026, 1, 1)]], schema=without_day))
+    plain = DeltaBatchCheck(shape, schema, None, "t")
+    with pytest.raises(ConstraintViolationError, match="must not hold an empty string"):
+        plain(pa.record_batch([[1], [""], [dt_.date(2026, 1, 1)]], schema=schema))
+    with pytest.raises(ConstraintViolationError, match="year between 1 and 9999"):
+        year_10000 = pa.array([2_932_897], pa.int32()).cast(pa.date32())  # 10000-01-01
+        plain(pa.record_batch([pa.array([1]), pa.array(["1"]), year_10000], schema=schema))
+    strict = pa.schema([pa.field("id", pa.int64(), nullable=False), ("day", pa.string())])
+    strict_shape = TableShape.for_new_table(strict, ["day"])
+    strict_shape = TableShape(
+        type(strict_shape.schema)(
+            (
+                type(strict_shape.schema.fields[0])("id", "long", False),
+                strict_shape.schema.fields[1],
+            )
+        ),
+        strict_shape.partition_by,
+        strict_shape.features,
+        strict_shape.configuration,
+    )
+    with pytest.raises(NullConstraintError, match="NOT NULL column 'id'"):
+        DeltaBatchCheck(strict_shape, strict, None, "t")(
+            pa.record_batch([pa.array([None], pa.int64()), ["1"]], schema=strict)
+        )
