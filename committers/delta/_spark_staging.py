@@ -134,7 +134,7 @@ class SparkParquetStager:
         # once in one session, or the user's own writes, never see it).
         session = jdf.sparkSession().cloneSession()
         session.conf().set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        plan = jdf.queryExecution().logical()
+        plan = jdf.queryExecution().analyzed()  # (already analyzed: not analyzed again)
         writer = jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, plan).write()
         columns = self._layout.partition_columns
         if columns:

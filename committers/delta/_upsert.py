@@ -16,9 +16,10 @@ of removes, adds and the batch's ``txn``, computed in Spark:
    a partition column, its min/max stats otherwise. Missing stats make a file a candidate;
    bounds other writers may have truncated are widened (timestamps by a millisecond, long
    strings lose their upper bound).
-3. **Touched files** (Spark). The candidates' key columns are scanned and joined with the
-   batch's keys; ``_metadata.file_path`` names the files that really hold one, and how many of
-   their rows match.
+3. **Touched files**. The candidates' key columns are joined with the batch's keys, counting
+   the rows of each file that match. A few small candidates (with the keys collected) are
+   read on the driver with pyarrow (:mod:`committers.delta._upsert_touched`: no Spark job);
+   otherwise Spark scans them and ``_metadata.file_path`` names the files.
 4. **Rewrite** (Spark). The touched files' rows whose key the batch does not name, and the
    latest changes that are not deletes (through the table's rules, as any appended row), are
    written by Spark's Parquet writer into the batch's run directory
@@ -52,13 +53,14 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from committers.delta._committable import ReplacedFile, Rewrite, StagedRewrite
-from committers.delta._delta_schema import DeltaField, quote, spark_type, walk
+from committers.delta._delta_schema import DeltaField, arrow_type, quote, spark_type, walk
 from committers.delta._options import WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._rules import WritePlan
 from committers.delta._spark_staging import SparkParquetStager, spark_uri
 from committers.delta._storage import TableLocation
 from committers.delta._table import open_table, removal_path
+from committers.delta._upsert_touched import Candidate, KeyColumn, driver_matches
 from framework.errors import (
     CommitConflictError,
     ConfigurationError,
@@ -449,11 +451,13 @@ class _LiveFile:
 
 
 class _BatchKeys:
-    """The batch's keys per key column: sorted distinct values, or only (min, max)."""
+    """The batch's keys per key column: sorted distinct values, or only (min, max); and, when
+    they were collected, the keys with their delete flags as Arrow."""
 
-    def __init__(self, columns: list[list[Any]], exact: bool) -> None:
+    def __init__(self, columns: list[list[Any]], collected: pa.Table | None) -> None:
         self._columns = columns
-        self._exact = exact
+        self._exact = collected is not None
+        self.collected = collected
 
     def may_hold(self, f: _LiveFile) -> bool:
         """Whether ``f`` may hold a key of the batch (``True`` when its ranges are unknown)."""
@@ -630,7 +634,7 @@ class UpsertStager:
             columns = [sorted(set(collected.column(n).to_pylist())) for n in names]
             deletes = collected.column(_DELETE).to_pylist()
             changes = collected.num_rows
-            return _BatchKeys(columns, exact=True), changes, changes - sum(map(bool, deletes))
+            return _BatchKeys(columns, collected), changes, changes - sum(map(bool, deletes))
         row = latest.agg(
             F.count(F.lit(1)).alias("changes"),
             F.count_if(~F.col(_DELETE)).alias("upserts"),
@@ -642,7 +646,7 @@ class UpsertStager:
             for i in range(len(names))
         ]
         changes = int(row.column("changes")[0].as_py())
-        return _BatchKeys(bounds, exact=False), changes, int(row.column("upserts")[0].as_py())
+        return _BatchKeys(bounds, None), changes, int(row.column("upserts")[0].as_py())
 
     # -- 2. candidates --------------------------------------------------------------------
 
@@ -733,7 +737,7 @@ class UpsertStager:
             return F.broadcast(selected) if changes <= PRUNE_KEYS_LIMIT else selected
 
         touched, matched = self._touched(
-            session, candidates, actions, batch_keys(*key_names, _DELETE)
+            session, candidates, actions, keys, batch_keys(*key_names, _DELETE)
         )
         metrics = {
             "numTargetFilesBeforeSkipping": len(live),
@@ -846,14 +850,27 @@ class UpsertStager:
         session: SparkSession,
         candidates: list[_LiveFile],
         actions: pa.Table | None,
+        keys: _BatchKeys,
         batch_keys: DataFrame,
     ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int]]:
-        """The candidates that hold a batch key, and their matching rows per (file, delete)."""
+        """The candidates that hold a batch key, and their matching rows per (file, delete):
+        counted on the driver when it can (:mod:`committers.delta._upsert_touched`), else by
+        a Spark join of the candidates' keys with the batch's."""
         from pyspark.sql import functions as F
 
         if not candidates:
             return [], {}
         assert actions is not None
+        on_driver = self._driver_matches(candidates, keys)
+        if on_driver is not None:
+            touched = [
+                f
+                for i, f in enumerate(candidates)
+                if (i, False) in on_driver or (i, True) in on_driver
+            ]
+            return touched, {
+                (candidates[i].logged_path, delete): n for (i, delete), n in on_driver.items()
+            }
         partition_by = set(self._plan.shape.partition_by)
         data_keys = [k for k in self._upsert.table_keys if k not in partition_by]
         data_columns = self._plan.layout.file_schema.names
@@ -878,6 +895,37 @@ class UpsertStager:
         touched_paths = {path for path, _ in matched}
         touched = [f for path, f in by_key.items() if path in touched_paths]
         return touched, {(by_key[p].logged_path, d): n for (p, d), n in matched.items()}
+
+    def _driver_matches(
+        self, candidates: list[_LiveFile], keys: _BatchKeys
+    ) -> dict[tuple[int, bool], int] | None:
+        if keys.collected is None:
+            return None
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        partition_by = set(self._plan.shape.partition_by)
+        columns = [
+            KeyColumn(k, arrow_type(fields[k].type, physical=False), k in partition_by)
+            for k in self._upsert.table_keys
+        ]
+        files = [
+            Candidate(
+                path=f.path,
+                size=f.size,
+                partition_values=tuple(
+                    b[0] if c.partition and b is not None else None
+                    for c, b in zip(columns, f.bounds, strict=True)
+                ),
+            )
+            for f in candidates
+        ]
+        try:
+            return driver_matches(self._location, columns, files, keys.collected)
+        except FileNotFoundError as err:
+            raise StagingError(
+                f"the upsert into {self._location.uri} could not read a file of the snapshot it "
+                f"rewrites ({err}); nothing was committed. It may have been deleted by VACUUM "
+                "with too short a retention while the table was in use."
+            ) from err
 
     def _kept_rows(
         self,

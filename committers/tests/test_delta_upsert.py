@@ -461,3 +461,72 @@ def test_null_keys_and_unordered_repeated_keys_fail_the_batch_with_nothing_commi
     assert DeltaTable(uri).version() == version
     assert len(read_rows(uri, ["id"])) == 40
     _assert_clean(uri)
+
+
+# -- the driver's and Spark's count of the touched files agree ---------------------------------
+
+
+def test_touched_files_found_on_the_driver_or_by_spark_give_the_same_commit(
+    spark, tmp_path, monkeypatch
+) -> None:
+    from committers.delta import _upsert, _upsert_touched
+
+    def table(name: str) -> str:
+        uri = str(tmp_path / name)
+        for day in ("d0", "d1"):
+            for first in (0, 10):
+                ids = list(range(first, first + 10))
+                data = {
+                    "day": [day] * 10,
+                    "id": pa.array(ids, pa.int64()),
+                    "name": [f"{day}-{i}" for i in ids],
+                    "ts": pa.array([0] * 10, pa.int64()),
+                }
+                write_deltalake(uri, pa.table(data), mode="append", partition_by=["day"])
+        return uri
+
+    changes = spark.createDataFrame(
+        [
+            ("d0", 3, "changed", 1, "U"),
+            ("d0", 3, None, 0, "D"),  # older: loses
+            ("d1", 12, None, 1, "D"),
+            ("d1", 14, None, 1, "D"),
+            ("d1", 99, "new", 1, "I"),
+            ("d2", 3, None, 1, "D"),  # a partition the table does not have
+        ],
+        "day string, id long, name string, ts long, op string",
+    )
+    decided: list[object] = []
+
+    def recorded(*args):  # type: ignore[no-untyped-def]
+        decided.append(_upsert_touched.driver_matches(*args))
+        return decided[-1]
+
+    def upsert(uri: str) -> tuple[list[tuple], dict[str, str], set[str]]:
+        TwoPhaseSink(
+            DeltaSink(
+                uri, mode="upsert", keys=["day", "id"], sequence_by="ts", delete_when="op = 'D'"
+            )
+        ).write(changes)
+        actions = _log(uri)[-1]
+        metrics = next(a["commitInfo"] for a in actions if "commitInfo" in a)["operationMetrics"]
+        metrics.pop("executionTimeMs", None)
+        removed = {a["remove"]["path"] for a in actions if "remove" in a}
+        return _table_rows(uri, ["day", "id", "name"]), metrics, removed
+
+    monkeypatch.setattr(_upsert, "driver_matches", recorded)
+    on_driver = upsert(table("driver"))
+    assert decided and decided[-1] is not None  # the driver decided
+    monkeypatch.setattr(_upsert_touched, "DRIVER_MAX_FILES", 0)
+    by_spark = upsert(table("spark"))
+    assert decided[-1] is None  # Spark's join decided
+    rows, metrics, removed = on_driver
+    assert rows == by_spark[0] and metrics == by_spark[1]
+    assert {p.split("/")[0] for p in removed} == {"day=d0", "day=d1"}
+    assert len(removed) == len(by_spark[2]) == 2
+    assert metrics["numTargetRowsUpdated"] == "1" and metrics["numTargetRowsDeleted"] == "2"
+    assert metrics["numTargetRowsCopied"] == "17"
+    expected = {(d, i, f"{d}-{i}") for d in ("d0", "d1") for i in range(20)}
+    expected -= {("d0", 3, "d0-3"), ("d1", 12, "d1-12"), ("d1", 14, "d1-14")}
+    expected |= {("d0", 3, "changed"), ("d1", 99, "new")}
+    assert rows == sorted(expected)
