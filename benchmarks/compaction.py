@@ -1,13 +1,16 @@
-"""Compaction: ``DeltaSink.compact`` (Spark tasks rewrite, one delta-rs commit) against delta-rs's
-own ``DeltaTable.optimize.compact()``, on two copies of the same table of many small files.
+"""Compaction: ``DeltaSink.compact`` (Python tasks rewrite each group with pyarrow, one
+delta-rs commit) against delta-rs's own ``DeltaTable.optimize.compact()``, on copies of the same
+table of many small files; also ``staging="spark"`` (Spark's own reader and writer).
 
 The table is written once by the sink itself (Spark staging, one job): ROWS rows (id, k, s, ts
 of ``_common.rows_df``) partitioned by ``p = k % 10`` over FILES / 10 tasks, so FILES small
 files, FILES / 10 per partition. Each repeat copies that pristine table and compacts one
-copy with each tool, alternating which goes first, with the same target size (128 MiB); both
-copies must then hold the same number of rows. A third side only reads the same files with
-Spark (into the ``noop`` sink): the floor under any rewrite done by Spark's own reader. Medians
-after a warm-up round.
+copy with each tool, reversing the order every other round, with the same target size (128
+MiB); every copy must then hold the same number of rows. Another side only reads the same files
+with Spark (into the ``noop`` sink): the floor under any rewrite done by Spark's own reader. The
+last reads each partition's files with pyarrow and writes them as one file, in two worker
+processes started beforehand (no Delta, no Spark, no commit): the floor under a compaction
+done in Python tasks that never move the rows through the JVM. Medians after a warm-up round.
 
 The ratio printed is delta-rs time / our time (above 1.0: ours is faster). A loaded machine
 flatters the side with more threads (both sides use both cores here, but not alike), so the
@@ -24,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,6 +52,16 @@ def _rows(uri: str) -> int:
     return DeltaTable(uri).count()
 
 
+def _pyarrow_rewrite(paths: list[str], out: str) -> int:
+    """Read ``paths`` with pyarrow and write their rows as one file at ``out``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.concat_tables([pq.read_table(p, use_threads=False) for p in paths])
+    pq.write_table(table, out, compression="snappy")
+    return table.num_rows
+
+
 def main() -> int:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     force = "--force" in sys.argv
@@ -61,6 +75,8 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     work = Path(tempfile.mkdtemp(prefix="sink-compaction-bench-"))
+    workers = ProcessPoolExecutor(2)
+    list(workers.map(abs, range(2)))  # started before any timing
     try:
         pristine = str(work / "pristine")
         df = rows_df(spark, rows).withColumn("p", (F.col("k") % PARTITIONS).cast("int"))
@@ -78,6 +94,10 @@ def main() -> int:
             result = DeltaSink(uri).compact(spark, target_file_size=TARGET)
             return result.files_added
 
+        def ours_spark(uri: str) -> int:
+            sink = DeltaSink(uri, staging="spark")
+            return sink.compact(spark, target_file_size=TARGET).files_added
+
         def delta_rs(uri: str) -> int:
             metrics = DeltaTable(uri).optimize.compact(target_size=TARGET)
             return int(metrics["numFilesAdded"])
@@ -89,10 +109,21 @@ def main() -> int:
             scan.write.format("noop").mode("overwrite").save()
             return len(files)
 
+        def pyarrow_only(uri: str) -> int:
+            """The floor under a rewrite in Python tasks: pyarrow alone, two processes."""
+            by_partition: dict[str, list[str]] = {}
+            for path in DeltaTable(uri).file_uris():
+                by_partition.setdefault(path.rsplit("/", 2)[-2], []).append(path)
+            outputs = [str(Path(uri) / f"rewritten-{i}.parquet") for i in range(len(by_partition))]
+            list(workers.map(_pyarrow_rewrite, by_partition.values(), outputs))
+            return len(outputs)
+
         sides = {
             "ours (DeltaSink.compact)": ours,
             "delta-rs optimize.compact": delta_rs,
+            "ours, staging='spark'": ours_spark,
             "floor: Spark scan of them": spark_scan,
+            "floor: pyarrow, 2 processes": pyarrow_only,
         }
         times: dict[str, list[float]] = {name: [] for name in sides}
         added: dict[str, int] = {}
@@ -129,6 +160,7 @@ def main() -> int:
         print(f"\nratio delta-rs time / our time: {ratio:.2f}")
         return 0
     finally:
+        workers.shutdown()
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
 

@@ -479,7 +479,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         target_file_size: int | None = None,
     ) -> CompactionResult:
         """Rewrite the table's small files into files of about ``target_file_size`` bytes
-        (default: the sink's), in Spark tasks, committed as one ``dataChange=false``
+        (default: the sink's), in Spark tasks (with pyarrow in Python tasks, or with Spark's
+        own reader and writer under ``staging="spark"``), committed as one ``dataChange=false``
         transaction without a txn. Safe while writers append; see
         ``committers.delta._compact`` and docs/delta.md#compaction.
 
@@ -504,6 +505,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             ),
             partition_filter=partition_filter,
             compression=self.options.compression,
+            staging=self.staging,
             user_metadata=self.user_metadata,
             skip_conditional_put_check=self.unsafe_skip_conditional_put_check,
         )

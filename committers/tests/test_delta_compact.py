@@ -41,6 +41,12 @@ pytestmark = pytest.mark.spark
 MIB = 1024 * 1024
 
 
+@pytest.fixture(params=["arrow", "spark"])
+def staging(request) -> str:
+    """Who rewrites the files: Python tasks with pyarrow (the default) or Spark itself."""
+    return request.param
+
+
 # -- helpers --------------------------------------------------------------------------------
 
 
@@ -138,7 +144,7 @@ def _compaction_commits(uri: str) -> list[int]:
 # -- the main guarantees --------------------------------------------------------------------
 
 
-def test_same_rows_fewer_files_one_data_change_false_commit_without_txn(spark, tmp_path):
+def test_same_rows_fewer_files_one_data_change_false_commit_without_txn(spark, tmp_path, staging):
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=5)
     before = _rows(uri)
@@ -146,7 +152,7 @@ def test_same_rows_fewer_files_one_data_change_false_commit_without_txn(spark, t
     partitions_before = {json.dumps(a["partitionValues"]) for a in files_before.values()}
     assert len(files_before) == 15  # 3 partitions (d1, d2, null) x 5 appends
 
-    result = DeltaSink(uri).compact(spark, target_file_size=MIB)
+    result = DeltaSink(uri, staging=staging).compact(spark, target_file_size=MIB)
 
     assert _rows(uri) == before
     files_after = _live(uri)
@@ -178,12 +184,12 @@ def test_same_rows_fewer_files_one_data_change_false_commit_without_txn(spark, t
     assert _leftovers(uri) == []
 
     # Nothing left to do: no second commit.
-    again = DeltaSink(uri).compact(spark, target_file_size=MIB)
+    again = DeltaSink(uri, staging=staging).compact(spark, target_file_size=MIB)
     assert again.version is None and again.files_removed == 0
     assert DeltaTable(uri).version() == 5
 
 
-def test_sink_written_table_keeps_typed_and_escaped_partition_values(spark, tmp_path):
+def test_sink_written_table_keeps_typed_and_escaped_partition_values(spark, tmp_path, staging):
     uri = str(tmp_path / "sink")
     names = ["a b", "x%2By", "c/d=e:f", "é+ü", None]
     sink = TwoPhaseSink(DeltaSink(uri, app_id="w", partition_by=["ts", "name"], staging="spark"))
@@ -200,7 +206,7 @@ def test_sink_written_table_keeps_typed_and_escaped_partition_values(spark, tmp_
     files_before = _live(uri)
     spellings = {json.dumps(a["partitionValues"], sort_keys=True) for a in files_before.values()}
 
-    result = DeltaSink(uri).compact(spark, target_file_size=MIB)
+    result = DeltaSink(uri, staging=staging).compact(spark, target_file_size=MIB)
 
     assert _rows(uri) == before
     files_after = _live(uri)
@@ -224,17 +230,19 @@ def test_partition_filter_compacts_only_the_chosen_partitions(spark, tmp_path):
     assert _rows(uri) == before
 
 
-def test_unpartitioned_table(spark, tmp_path):
+def test_unpartitioned_table(spark, tmp_path, staging):
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=4, partition_by=())
     before = _rows(uri)
-    result = DeltaSink(uri).compact(spark)
+    result = DeltaSink(uri, staging=staging).compact(spark)
     assert (result.files_removed, result.files_added) == (4, 1)
     assert _rows(uri) == before
     assert [a["partitionValues"] for a in _live(uri).values()] == [{}]
 
 
-def test_files_are_packed_up_to_the_target_in_several_groups_per_partition(spark, tmp_path):
+def test_files_are_packed_up_to_the_target_in_several_groups_per_partition(
+    spark, tmp_path, staging
+):
     import base64
 
     uri = str(tmp_path / "t")
@@ -244,7 +252,7 @@ def test_files_are_packed_up_to_the_target_in_several_groups_per_partition(spark
         batch = pa.table({"id": pa.array(ids, pa.int64()), "s": text, "day": ["a"] * len(text)})
         write_deltalake(uri, batch, mode="append", partition_by=["day"])
     before = _rows(uri)
-    result = DeltaSink(uri).compact(spark, target_file_size=MIB)
+    result = DeltaSink(uri, staging=staging).compact(spark, target_file_size=MIB)
     assert (result.files_removed, result.files_added) == (4, 2)
     assert len(_live(uri)) == 3
     assert all(a["size"] < 1.2 * MIB for a in _live(uri).values())
@@ -261,7 +269,7 @@ def test_bin_packing_groups_files_up_to_the_target_and_leaves_single_files():
 # -- concurrency ----------------------------------------------------------------------------
 
 
-def test_a_concurrent_append_lands_and_the_compaction_commits_after_it(spark, tmp_path):
+def test_a_concurrent_append_lands_and_the_compaction_commits_after_it(spark, tmp_path, staging):
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=3)
     attempts: list[int] = []
@@ -285,7 +293,11 @@ def test_a_concurrent_append_lands_and_the_compaction_commits_after_it(spark, tm
 
     before = DeltaTable(uri).to_pyarrow_table().num_rows
     result = compact_table(
-        spark, DeltaSink(uri).location, target_file_size=MIB, before_commit=append_first
+        spark,
+        DeltaSink(uri).location,
+        target_file_size=MIB,
+        staging=staging,
+        before_commit=append_first,
     )
 
     assert attempts == [1, 2]  # the first request lost the version to the append
@@ -329,20 +341,21 @@ def _corrupt_one_file(uri: str) -> None:
     victim.write_bytes(b"not parquet" * 100)
 
 
-def test_a_failed_rewrite_commits_nothing_and_leaves_no_files(spark, tmp_path):
+def test_a_failed_rewrite_commits_nothing_and_leaves_no_files(spark, tmp_path, staging):
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=3)
-    _corrupt_one_file(uri)  # the Spark job fails on it
+    _corrupt_one_file(uri)  # the job fails on it
+    failed = "failed while Spark rewrote" if staging == "spark" else "could not read"
     on_disk = _files_on_disk(uri)
-    with pytest.raises(StagingError, match="failed while Spark rewrote"):
-        DeltaSink(uri).compact(spark, target_file_size=MIB)
+    with pytest.raises(StagingError, match=failed):
+        DeltaSink(uri, staging=staging).compact(spark, target_file_size=MIB)
     assert DeltaTable(uri).version() == 2
     assert _files_on_disk(uri) == on_disk
 
-    os.remove(Path(uri) / next(iter(_live(uri))))  # missing: fails when the scan is planned
+    os.remove(Path(uri) / next(iter(_live(uri))))  # missing (Spark: when the scan is planned)
     on_disk = _files_on_disk(uri)
-    with pytest.raises(StagingError, match="failed while Spark rewrote"):
-        DeltaSink(uri).compact(spark, target_file_size=MIB)
+    with pytest.raises(StagingError, match=failed):
+        DeltaSink(uri, staging=staging).compact(spark, target_file_size=MIB)
     assert DeltaTable(uri).version() == 2
     assert _files_on_disk(uri) == on_disk
 
@@ -355,7 +368,7 @@ def test_rows_that_do_not_come_back_fail_the_compaction(spark, tmp_path):
     spark.conf.set("spark.sql.files.ignoreCorruptFiles", "true")  # Spark skips it silently
     try:
         with pytest.raises(StagingError, match="did not reproduce the rows"):
-            DeltaSink(uri).compact(spark, target_file_size=MIB)
+            DeltaSink(uri, staging="spark").compact(spark, target_file_size=MIB)
     finally:
         spark.conf.unset("spark.sql.files.ignoreCorruptFiles")
     assert DeltaTable(uri).version() == 2
@@ -475,15 +488,42 @@ def test_tables_the_sink_refuses_get_the_sinks_error(spark, tmp_path):
     assert str(from_compaction.value) == str(from_sink.value)
 
 
-def test_storage_spark_cannot_write_is_refused_before_any_work(spark, monkeypatch, tmp_path):
+def test_what_only_spark_cannot_rewrite_is_refused_with_staging_spark_and_done_in_python(
+    spark, monkeypatch, tmp_path
+):
+    from deltalake.schema import StructType
+
     import committers.delta._compact as compact_module
 
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=2)
+    before = _rows(uri)
     monkeypatch.setattr(compact_module, "hadoop_can_write", lambda df, uri: False)
     with pytest.raises(ConfigurationError, match="Spark cannot write"):
-        DeltaSink(uri).compact(spark)
+        DeltaSink(uri, staging="spark").compact(spark)
     assert DeltaTable(uri).version() == 1
+    assert DeltaSink(uri).compact(spark).files_removed == 6  # Python tasks need no Hadoop
+    assert _rows(uri) == before
+    monkeypatch.undo()
+
+    nested = str(tmp_path / "nested")  # NOT NULL inside a struct: Spark's writer drops it
+    inner = StructType([Field("x", "long", nullable=False), Field("y", "string")])
+    DeltaTable.create(nested, schema=Schema([Field("id", "long"), Field("s", inner)]))
+    struct = pa.struct([pa.field("x", pa.int64(), nullable=False), pa.field("y", pa.string())])
+    for n in range(2):
+        data = pa.table(
+            {
+                "id": pa.array([n], pa.int64()),
+                "s": pa.array([{"x": n, "y": None}], struct),
+            }
+        )
+        write_deltalake(nested, data, mode="append")
+    before = _rows(nested)
+    with pytest.raises(ConfigurationError, match="NOT NULL fields inside structs"):
+        DeltaSink(nested, staging="spark").compact(spark)
+    result = DeltaSink(nested).compact(spark)
+    assert (result.files_removed, result.files_added) == (2, 1)
+    assert _rows(nested) == before  # deltalake reads the rewritten file (and DuckDB)
 
 
 def test_files_whose_logged_path_delta_rs_would_spell_differently_are_left_alone(spark, tmp_path):

@@ -95,6 +95,10 @@ def test_bounded_write_over_connect(connect, tmp_path):
     assert DeltaTable(table).transaction_version("connect-backfill:write") == 7
     assert ids(table) == list(range(500))
     assert_no_orphans(table)
+    version = DeltaTable(table).version()
+    with pytest.raises(ConfigurationError, match="Spark Connect client does not have"):
+        DeltaSink(table).compact(connect)  # its tasks need the driver's SparkContext
+    assert DeltaTable(table).version() == version
 
 
 def _not_null_table(path: str) -> None:

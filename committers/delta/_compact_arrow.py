@@ -1,0 +1,157 @@
+"""Compaction's rewrite in Python tasks: each group's files read with pyarrow and written as one
+file, the rows never passing through the JVM.
+
+Spark's own reader pays a task-side open, footer read and row conversion per file; for
+thousands of small files that alone costs several times what the whole rewrite costs in
+pyarrow (``benchmarks/compaction.py``). Here Spark only schedules one task per group:
+
+* each file is read as the table's logical schema by the snapshot source's reader
+  (:class:`~committers.delta._source.DeltaFileReader`: columns cast to the table's types, INT96
+  and millisecond timestamps included; a column the file lacks is null);
+* the rows are written with the sink's Parquet settings (the layout's file schema, INT64
+  timestamps, footer statistics, stats collected from the rows as the Python staging writer
+  does) into ``<run directory>/<partition dirs>/part-<group>-<uuid>.<codec>.parquet``;
+* the partition values are the exact strings the log stores for the group.
+
+The run directory is named by the staging manifest before any task starts, so a failed or
+killed compaction's files are found and deleted exactly as those of Spark's writer.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from committers.delta._committable import StagedFile
+from committers.delta._options import WriterOptions
+from committers.delta._rules import FileLayout
+from committers.delta._schema import partition_dir
+from committers.delta._snapshot import Snapshot
+from committers.delta._source import DeltaFileReader
+from committers.delta._stats import FileStatsCollector
+from framework.errors import StagingError
+from framework.source import FileSplit
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["GroupToRewrite", "rewrite_groups"]
+
+#: Rows buffered before they are written as one row group (small files make small batches).
+ROW_GROUP_ROWS = 1024 * 1024
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GroupToRewrite:
+    """One output file: its source files (paths relative to the table root, sizes) and the
+    partition values as the log spells them."""
+
+    index: int
+    files: tuple[tuple[str, int], ...]
+    partition_values: tuple[tuple[str, str | None], ...]
+
+
+def rewrite_groups(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    layout: FileLayout,
+    groups: list[GroupToRewrite],
+    options: WriterOptions,
+    directory: str,
+) -> list[StagedFile]:
+    """Rewrite each group as one file under ``directory`` (relative to the table root), one
+    Spark task per group; the staged files, in group order.
+
+    Raises:
+        Exception: the Spark job's error (a file unreadable or gone, a write failing); files
+            already written stay under ``directory`` for the caller's clean-up.
+    """
+    rewrite = _GroupRewriter(snapshot, layout, options, directory)
+    rdd = spark.sparkContext.parallelize(groups, max(1, len(groups)))
+    return rdd.map(rewrite).collect()
+
+
+class _GroupRewriter:
+    """The task's work (pickled to the Python workers)."""
+
+    def __init__(
+        self, snapshot: Snapshot, layout: FileLayout, options: WriterOptions, directory: str
+    ) -> None:
+        self._snapshot = snapshot
+        self._layout = layout
+        self._options = options
+        self._directory = directory
+
+    def __call__(self, group: GroupToRewrite) -> StagedFile:
+        location = self._snapshot.location
+        schema = self._layout.file_schema
+        values = dict(group.partition_values)
+        partitions = partition_dir(self._layout.partition_columns, values) if values else ""
+        name = f"part-{group.index:05d}-{uuid.uuid4()}.{self._options.compression}.parquet"
+        relative = "/".join(p for p in (self._directory, partitions, name) if p)
+        fs = location.filesystem()
+        full = location.path(relative)
+        if location.is_local:
+            fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
+        stats = FileStatsCollector(schema)
+        try:
+            with fs.open(full, "wb") as stream:
+                writer = pq.ParquetWriter(
+                    stream,
+                    schema,
+                    compression=self._options.compression,
+                    use_deprecated_int96_timestamps=False,
+                    write_statistics=True,
+                )
+                for table in self._row_groups(group):
+                    stats.observe(table)
+                    writer.write_table(table, row_group_size=table.num_rows)
+                writer.close()
+                size = stream.tell()
+        except OSError as err:
+            raise StagingError(f"compaction could not write {relative!r}: {err}") from err
+        metadata = writer.writer.metadata
+        return StagedFile(
+            path=relative,
+            size=size,
+            partition_values=values,
+            num_records=metadata.num_rows,
+            stats=stats.to_json(metadata),
+            modification_time=int(time.time() * 1000),
+        )
+
+    def _row_groups(self, group: GroupToRewrite) -> Iterator[pa.Table]:
+        """The group's rows as tables of the file schema, each up to one row group."""
+        read = DeltaFileReader(self._snapshot)
+        schema = self._layout.file_schema
+        pending: list[pa.RecordBatch] = []
+        rows = size = 0
+        for path, file_size in group.files:
+            try:
+                for batch in read(FileSplit(path=path, size_bytes=file_size)):
+                    pending.append(batch.select(schema.names))
+                    rows += batch.num_rows
+                    size += batch.nbytes
+                    if rows >= ROW_GROUP_ROWS or size >= ROW_GROUP_BYTES:
+                        yield _as_file_table(pending, schema)
+                        pending, rows, size = [], 0, 0
+            except (OSError, pa.ArrowException) as err:
+                raise StagingError(
+                    f"compaction could not read {path!r} of {self._snapshot.location.uri} "
+                    f"({type(err).__name__}: {err}); nothing was committed. The file may have "
+                    "been deleted (VACUUM) or damaged since it was committed."
+                ) from err
+        if pending:
+            yield _as_file_table(pending, schema)
+
+
+def _as_file_table(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    table: Any = pa.Table.from_batches(batches)
+    return table.cast(schema)
