@@ -863,11 +863,8 @@ class UpsertStager:
         assert actions is not None
         on_driver = self._driver_matches(candidates, keys)
         if on_driver is not None:
-            touched = [
-                f
-                for i, f in enumerate(candidates)
-                if (i, False) in on_driver or (i, True) in on_driver
-            ]
+            holding = {i for i, _ in on_driver}
+            touched = [f for i, f in enumerate(candidates) if i in holding]
             return touched, {
                 (candidates[i].logged_path, delete): n for (i, delete), n in on_driver.items()
             }
@@ -920,11 +917,11 @@ class UpsertStager:
         ]
         try:
             return driver_matches(self._location, columns, files, keys.collected)
-        except FileNotFoundError as err:
+        except (OSError, pa.ArrowException) as err:
             raise StagingError(
                 f"the upsert into {self._location.uri} could not read a file of the snapshot it "
-                f"rewrites ({err}); nothing was committed. It may have been deleted by VACUUM "
-                "with too short a retention while the table was in use."
+                f"rewrites ({type(err).__name__}: {err}); nothing was committed. It may have "
+                "been deleted by a VACUUM with too short a retention, or damaged."
             ) from err
 
     def _kept_rows(

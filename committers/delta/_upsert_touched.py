@@ -67,7 +67,8 @@ def driver_matches(
     ``batch`` holds one column per key (in ``keys``' order) and the boolean delete flag last.
 
     Raises:
-        OSError: a candidate cannot be read (deleted by VACUUM meanwhile, say).
+        OSError, pyarrow.ArrowException: a candidate cannot be read (deleted by a VACUUM
+            meanwhile, or damaged).
     """
     if len(candidates) > DRIVER_MAX_FILES or sum(c.size for c in candidates) > DRIVER_MAX_BYTES:
         return None

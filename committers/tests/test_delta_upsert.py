@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -27,6 +28,7 @@ from framework.errors import (
     ConstraintViolationError,
     NullConstraintError,
     SchemaMismatchError,
+    StagingError,
     UnsupportedTypeError,
 )
 
@@ -461,6 +463,21 @@ def test_null_keys_and_unordered_repeated_keys_fail_the_batch_with_nothing_commi
     assert DeltaTable(uri).version() == version
     assert len(read_rows(uri, ["id"])) == 40
     _assert_clean(uri)
+
+
+def test_a_file_to_rewrite_that_vanished_fails_the_batch_with_nothing_committed(
+    spark, tmp_path
+) -> None:
+    uri = _four_files(tmp_path)
+    version = DeltaTable(uri).version()
+    holding_15 = next(
+        p for p in DeltaTable(uri).file_uris() if 15 in pq.read_table(p).column("id").to_pylist()
+    )
+    os.remove(holding_15)  # as a VACUUM with too short a retention would
+    with pytest.raises(StagingError, match="could not read a file of the snapshot it rewrites"):
+        _upsert(uri).write(_changes(spark, [(15, "changed", 1, "U")]))
+    assert DeltaTable(uri).version() == version
+    assert staging_leftovers(uri) == []
 
 
 # -- the driver's and Spark's count of the touched files agree ---------------------------------
