@@ -57,7 +57,7 @@ def _pyarrow_rewrite(paths: list[str], out: str) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.concat_tables([pq.read_table(p, use_threads=False) for p in paths])
+    table = pa.concat_tables([pq.ParquetFile(p).read(use_threads=False) for p in paths])
     pq.write_table(table, out, compression="snappy")
     return table.num_rows
 

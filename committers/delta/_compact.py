@@ -5,9 +5,9 @@
    count in their stats, are bin-packed per partition into groups of about
    ``target_file_size`` bytes; a group of one file is left alone.
 2. **Rewrite**, into a run directory under the table root named by a staging manifest first.
-   By default (``staging="auto"`` or ``"arrow"``) one Python task per group reads its files
-   with pyarrow and writes them as one file (:mod:`committers.delta._compact_arrow`): the rows
-   never pass through the JVM. With ``staging="spark"``: one scan of every grouped file with
+   By default (``staging="auto"`` or ``"arrow"``) Python tasks read each group's files with
+   pyarrow and write them as one file (:mod:`committers.delta._compact_arrow`): the rows never
+   pass through the JVM. With ``staging="spark"``: one scan of every grouped file with
    the table's schema, each row tagged with its group through ``_metadata.file_path``, one
    shuffle partition per group, and
    :class:`~committers.delta._spark_staging.SparkParquetStager` writes the rows (INT64
@@ -641,8 +641,8 @@ def _rewrite_with_arrow(
     options: WriterOptions,
     epoch: Epoch,
 ) -> list[StagedFile]:
-    """Rewrite every group in a Python task of its own (pyarrow); the staged files, checked
-    against the groups."""
+    """Rewrite every group in Python tasks (pyarrow); the staged files, checked against the
+    groups."""
     location = snapshot.location
     directory = run_directory(epoch)
     write_manifest(location, spark_manifest_path(epoch), [], directories=[directory])

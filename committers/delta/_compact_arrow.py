@@ -3,7 +3,9 @@ file, the rows never passing through the JVM.
 
 Spark's own reader pays a task-side open, footer read and row conversion per file; for
 thousands of small files that alone costs several times what the whole rewrite costs in
-pyarrow (``benchmarks/compaction.py``). Here Spark only schedules one task per group:
+pyarrow (``benchmarks/compaction.py``). Here Spark only schedules the tasks, each rewriting
+whole groups (one task per core, more for large compactions: see :data:`TASK_BYTES`), and
+each group becomes one file:
 
 * each file is read as the table's logical schema by the snapshot source's reader
   (:class:`~committers.delta._source.DeltaFileReader`: columns cast to the table's types, INT96
@@ -19,6 +21,7 @@ killed compaction's files are found and deleted exactly as those of Spark's writ
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,6 +49,10 @@ __all__ = ["GroupToRewrite", "rewrite_groups"]
 #: Rows buffered before they are written as one row group (small files make small batches).
 ROW_GROUP_ROWS = 1024 * 1024
 ROW_GROUP_BYTES = 64 * 1024 * 1024
+#: Bytes of input files per Spark task, beyond one task per core. A PySpark task costs some
+#: 25 ms of its own (measured in local[2]), so small groups share tasks; large compactions
+#: still get tasks small enough to retry cheaply.
+TASK_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -74,8 +81,22 @@ def rewrite_groups(
             already written stay under ``directory`` for the caller's clean-up.
     """
     rewrite = _GroupRewriter(snapshot, layout, options, directory)
-    rdd = spark.sparkContext.parallelize(groups, max(1, len(groups)))
-    return rdd.map(rewrite).collect()
+    total = sum(size for g in groups for _, size in g.files)
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    tasks = _pack(groups, max(cores, math.ceil(total / TASK_BYTES)))
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+    return rdd.flatMap(lambda task: [rewrite(group) for group in task]).collect()
+
+
+def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]]:
+    """``groups`` spread over at most ``slots`` tasks of about equal bytes, largest first."""
+    tasks: list[list[GroupToRewrite]] = [[] for _ in range(min(slots, len(groups)))]
+    loads = [0] * len(tasks)
+    for group in sorted(groups, key=lambda g: -sum(size for _, size in g.files)):
+        lightest = loads.index(min(loads))
+        tasks[lightest].append(group)
+        loads[lightest] += sum(size for _, size in group.files)
+    return tasks
 
 
 class _GroupRewriter:

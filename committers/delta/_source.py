@@ -241,19 +241,28 @@ class DeltaFileReader:
         return path.split("://", 1)[1]
 
     def __call__(self, file: FileSplit) -> Iterator[pa.RecordBatch]:
-        fs = self._snapshot.location.filesystem()
+        location = self._snapshot.location
         path = self._fs_path(file.path)
-        with fs.open(path, "rb") as handle:
-            parquet = pq.ParquetFile(handle, coerce_int96_timestamp_unit="us")
-            file_schema = parquet.schema_arrow
-            columns = [_file_column(f, file_schema, self._mode) for f in self._fields]
-            wanted = [
-                c
-                for c, f in zip(columns, self._fields, strict=True)
-                if c is not None and f.name not in self._partition_by
-            ]
-            for rows, batch in self._batches(parquet, wanted):
-                yield self._shape(file, columns, rows, batch)
+        if location.is_local:  # Arrow's own file: no Python file object between reads
+            with pq.ParquetFile(path, coerce_int96_timestamp_unit="us") as parquet:
+                yield from self._read(file, parquet)
+            return
+        with (
+            location.filesystem().open(path, "rb") as handle,
+            pq.ParquetFile(handle, coerce_int96_timestamp_unit="us") as parquet,
+        ):
+            yield from self._read(file, parquet)
+
+    def _read(self, file: FileSplit, parquet: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+        file_schema = parquet.schema_arrow
+        columns = [_file_column(f, file_schema, self._mode) for f in self._fields]
+        wanted = [
+            c
+            for c, f in zip(columns, self._fields, strict=True)
+            if c is not None and f.name not in self._partition_by
+        ]
+        for rows, batch in self._batches(parquet, wanted):
+            yield self._shape(file, columns, rows, batch)
 
     def _batches(
         self, parquet: pq.ParquetFile, columns: list[str]

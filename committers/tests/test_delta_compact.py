@@ -266,6 +266,16 @@ def test_bin_packing_groups_files_up_to_the_target_and_leaves_single_files():
     assert _bin_pack((), files[:1], target=100) == []
 
 
+def test_groups_are_spread_over_tasks_of_about_equal_bytes():
+    from committers.delta._compact_arrow import GroupToRewrite, _pack
+
+    groups = [GroupToRewrite(i, ((f"f{i}", size),), ()) for i, size in enumerate([9, 5, 4, 3, 3])]
+    tasks = _pack(groups, slots=2)
+    assert sorted(g.index for task in tasks for g in task) == [0, 1, 2, 3, 4]  # each once
+    assert sorted(sum(g.files[0][1] for g in task) for task in tasks) == [12, 12]
+    assert len(_pack(groups[:1], slots=4)) == 1  # never an empty task
+
+
 # -- concurrency ----------------------------------------------------------------------------
 
 
