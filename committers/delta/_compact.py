@@ -658,7 +658,8 @@ def _rewrite_with_arrow(
     job_group: str | None = None
     try:
         with staging_job_group(probe) as job_group:
-            staged = rewrite_groups(spark, snapshot, layout, work, options, directory)
+            rewritten = rewrite_groups(spark, snapshot, layout, work, options, directory)
+            staged = [f for f in rewritten if f.num_records]  # (groups of empty files)
     except BaseException as err:
         wait_for_tasks_to_end(probe, job_group)  # no late file may follow the clean-up
         if isinstance(err, (SinkError, KeyboardInterrupt, SystemExit)):
