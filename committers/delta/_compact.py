@@ -350,9 +350,9 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
         )
     if shape.column_mapping:
         raise UnsupportedTableFeatureError(
-            f"table {uri} uses column mapping: Spark's Parquet writer, which compaction uses, "
-            "cannot name columns by their physical names, so nothing was done. Compact it "
-            "with delta-spark's OPTIMIZE."
+            f"table {uri} uses column mapping: compaction does not write columns under their "
+            "physical names yet, so nothing was done. Compact it with delta-spark's OPTIMIZE "
+            "(delta-rs 1.6 refuses OPTIMIZE on such tables too)."
         )
     return layout
 
