@@ -73,13 +73,15 @@ def rewrite_groups(
     options: WriterOptions,
     directory: str,
 ) -> list[StagedFile]:
-    """Rewrite each group as one file under ``directory`` (relative to the table root), one
-    Spark task per group; the staged files, in group order.
+    """Rewrite each group as one file under ``directory`` (relative to the table root), in
+    Spark tasks each rewriting whole groups; the staged files, one per group, in no order.
 
     Raises:
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files
             already written stay under ``directory`` for the caller's clean-up.
     """
+    if not groups:
+        return []
     rewrite = _GroupRewriter(snapshot, layout, options, directory)
     total = sum(size for g in groups for _, size in g.files)
     cores = max(1, spark.sparkContext.defaultParallelism)
