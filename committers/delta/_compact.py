@@ -46,7 +46,7 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -60,7 +60,7 @@ from committers.delta._committable import StagedFile
 from committers.delta._committer import _remove_empty_staging_dirs
 from committers.delta._compact_arrow import GroupToRewrite, rewrite_groups
 from committers.delta._delta_schema import parse_arrow_schema, quote, spark_type, walk
-from committers.delta._options import WriterOptions
+from committers.delta._options import Staging, WriterOptions, check_staging
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._rules import FileLayout, TableShape, plan_write
@@ -185,7 +185,7 @@ def compact_table(
     target_file_size: int,
     partition_filter: PartitionFilter | None = None,
     compression: str = WriterOptions.compression,
-    staging: str = "auto",
+    staging: Staging = "auto",
     user_metadata: str | None = None,
     skip_conditional_put_check: bool = False,
     backoff: Backoff = COMPACTION_BACKOFF,
@@ -222,8 +222,7 @@ def compact_table(
         StagingError: the rewrite failed or did not reproduce the rows; nothing committed.
     """
     target = _check_target_file_size(target_file_size)
-    if staging not in ("auto", "spark", "arrow"):
-        raise ConfigurationError(f"staging must be 'auto', 'spark' or 'arrow', got {staging!r}")
+    check_staging(staging)
     if is_connect_dataframe(spark.range(0)):
         raise ConfigurationError(
             "compaction runs Spark tasks from the driver's SparkContext, which a Spark Connect "
@@ -615,20 +614,9 @@ def _rewrite(
     most_rows = max(g.records for g in groups)
     bytes_per_row = options.target_file_size / (most_rows + 0.5)  # -> maxRecordsPerFile
     stager = SparkParquetStager(location, layout, options, bytes_per_row)
-    df: DataFrame | None = None
-    group: str | None = None
-    try:
+    with _rewriting(spark, location, "Spark"):
         df = _group_rows(spark, root, _root_path(spark, root), layout, groups)
-        with staging_job_group(df) as group:
-            staged, _ = stager.stage(df, epoch)
-    except BaseException as err:
-        if df is not None:
-            wait_for_tasks_to_end(df, group)  # no late file may follow the clean-up
-        if isinstance(err, (SinkError, KeyboardInterrupt, SystemExit)):
-            raise
-        raise StagingError(
-            f"compaction of {location.uri} failed while Spark rewrote the files: {err}"
-        ) from err
+        staged, _ = stager.stage(df, epoch)
     _check_rows(location.uri, groups, staged, layout)
     return staged
 
@@ -654,24 +642,33 @@ def _rewrite_with_arrow(
         )
         for index, group in enumerate(groups)
     ]
+    with _rewriting(spark, location, "Python tasks"):
+        rewritten = rewrite_groups(spark, snapshot, layout, work, options, directory)
+    staged = [f for f in rewritten if f.num_records]  # (groups of empty files)
+    _check_rows(location.uri, groups, staged, layout)
+    return staged
+
+
+@contextlib.contextmanager
+def _rewriting(spark: SparkSession, location: TableLocation, who: str) -> Iterator[None]:
+    """Run the body's Spark jobs in a job group; on failure, wait for its tasks to stop (no
+    late file may follow the clean-up) and raise the sink's error: a ``SinkError`` a task
+    raised, or a ``StagingError`` saying ``who`` failed."""
     probe = spark.range(0)
-    job_group: str | None = None
+    group: str | None = None
     try:
-        with staging_job_group(probe) as job_group:
-            rewritten = rewrite_groups(spark, snapshot, layout, work, options, directory)
-            staged = [f for f in rewritten if f.num_records]  # (groups of empty files)
+        with staging_job_group(probe) as group:
+            yield
     except BaseException as err:
-        wait_for_tasks_to_end(probe, job_group)  # no late file may follow the clean-up
+        wait_for_tasks_to_end(probe, group)
         if isinstance(err, (SinkError, KeyboardInterrupt, SystemExit)):
             raise
         translated = translate_task_error(err)
         if translated is not err:
             raise translated from err
         raise StagingError(
-            f"compaction of {location.uri} failed while Python tasks rewrote the files: {err}"
+            f"compaction of {location.uri} failed while {who} rewrote the files: {err}"
         ) from err
-    _check_rows(location.uri, groups, staged, layout)
-    return staged
 
 
 def _group_rows(

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from committers.delta._committable import StagedFile
 from committers.delta._options import WriterOptions
@@ -38,6 +37,7 @@ from committers.delta._schema import partition_dir
 from committers.delta._snapshot import Snapshot
 from committers.delta._source import DeltaFileReader
 from committers.delta._stats import FileStatsCollector
+from committers.delta._writer import parquet_writer
 from framework.errors import StagingError
 from framework.source import FileSplit
 
@@ -46,9 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupToRewrite", "rewrite_groups"]
 
-#: Rows buffered before they are written as one row group (small files make small batches).
-ROW_GROUP_ROWS = 1024 * 1024
-ROW_GROUP_BYTES = 64 * 1024 * 1024
 #: Bytes of input files per Spark task, beyond one task per core. A PySpark task costs some
 #: 25 ms of its own (measured in local[2]), so small groups share tasks; large compactions
 #: still get tasks small enough to retry cheaply.
@@ -63,6 +60,11 @@ class GroupToRewrite:
     index: int
     files: tuple[tuple[str, int], ...]
     partition_values: tuple[tuple[str, str | None], ...]
+
+    @property
+    def size(self) -> int:
+        """Bytes of its source files."""
+        return sum(size for _, size in self.files)
 
 
 def rewrite_groups(
@@ -83,7 +85,7 @@ def rewrite_groups(
     if not groups:
         return []
     rewrite = _GroupRewriter(snapshot, layout, options, directory)
-    total = sum(size for g in groups for _, size in g.files)
+    total = sum(g.size for g in groups)
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = _pack(groups, max(cores, math.ceil(total / TASK_BYTES)))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
@@ -94,10 +96,10 @@ def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]
     """``groups`` spread over at most ``slots`` tasks of about equal bytes, largest first."""
     tasks: list[list[GroupToRewrite]] = [[] for _ in range(min(slots, len(groups)))]
     loads = [0] * len(tasks)
-    for group in sorted(groups, key=lambda g: -sum(size for _, size in g.files)):
+    for group in sorted(groups, key=lambda g: -g.size):
         lightest = loads.index(min(loads))
         tasks[lightest].append(group)
-        loads[lightest] += sum(size for _, size in group.files)
+        loads[lightest] += group.size
     return tasks
 
 
@@ -126,13 +128,7 @@ class _GroupRewriter:
         stats = FileStatsCollector(schema)
         try:
             with fs.open(full, "wb") as stream:
-                writer = pq.ParquetWriter(
-                    stream,
-                    schema,
-                    compression=self._options.compression,
-                    use_deprecated_int96_timestamps=False,
-                    write_statistics=True,
-                )
+                writer = parquet_writer(stream, schema, self._options.compression)
                 for table in self._row_groups(group):
                     stats.observe(table)
                     writer.write_table(table, row_group_size=table.num_rows)
@@ -162,7 +158,11 @@ class _GroupRewriter:
                     pending.append(batch.select(schema.names))
                     rows += batch.num_rows
                     size += batch.nbytes
-                    if rows >= ROW_GROUP_ROWS or size >= ROW_GROUP_BYTES:
+                    # Small files make small batches: buffered up to one row group.
+                    if (
+                        rows >= self._options.row_group_rows
+                        or size >= self._options.row_group_bytes
+                    ):
                         yield _as_file_table(pending, schema)
                         pending, rows, size = [], 0, 0
             except (OSError, pa.ArrowException) as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from framework.errors import ConfigurationError
 
@@ -16,8 +17,14 @@ __all__ = [
     "DEFAULT_UPLOAD_PART_SIZE",
     "MAX_UPLOAD_PART_SIZE",
     "MIN_UPLOAD_PART_SIZE",
+    "Staging",
     "WriterOptions",
+    "check_staging",
 ]
+
+#: Who writes the Parquet files: Spark's own writer, the sink's Python writers, or the faster
+#: one that can.
+Staging = Literal["auto", "spark", "arrow"]
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_ROW_GROUP_BYTES = 64 * 1024 * 1024  # Arrow bytes buffered before a row group is written
@@ -76,3 +83,10 @@ class WriterOptions:
             raise ConfigurationError(
                 f"compression must be one of {', '.join(_COMPRESSIONS)}, got {self.compression!r}"
             )
+
+
+def check_staging(staging: object) -> None:
+    """Raises:
+    ConfigurationError: ``staging`` is not ``"auto"``, ``"spark"`` or ``"arrow"``."""
+    if staging not in ("auto", "spark", "arrow"):
+        raise ConfigurationError(f"staging must be 'auto', 'spark' or 'arrow', got {staging!r}")

@@ -24,7 +24,9 @@ from committers.delta._options import (
     DEFAULT_TARGET_FILE_SIZE,
     DEFAULT_UPLOAD_CONCURRENCY,
     DEFAULT_UPLOAD_PART_SIZE,
+    Staging,
     WriterOptions,
+    check_staging,
 )
 from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("committers.delta")
-Staging = Literal["auto", "spark", "arrow"]
 WriteMode = Literal["append", "overwrite", "upsert"]
 
 __all__ = ["DeltaSink"]
@@ -195,8 +196,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         partition_by = list(partition_by)
         if len(set(partition_by)) != len(partition_by):
             raise ConfigurationError(f"partition_by lists a column twice: {partition_by}")
-        if staging not in ("auto", "spark", "arrow"):
-            raise ConfigurationError(f"staging must be 'auto', 'spark' or 'arrow', got {staging!r}")
+        check_staging(staging)
         self.staging: Staging = staging
         self._logged_staging = False
         if schema_mode not in ("strict", "merge"):

@@ -44,7 +44,7 @@ import dataclasses
 import datetime
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -737,7 +737,7 @@ class UpsertStager:
             return F.broadcast(selected) if changes <= PRUNE_KEYS_LIMIT else selected
 
         touched, matched = self._touched(
-            session, candidates, actions, keys, batch_keys(*key_names, _DELETE)
+            session, candidates, actions, keys, lambda: batch_keys(*key_names, _DELETE)
         )
         metrics = {
             "numTargetFilesBeforeSkipping": len(live),
@@ -851,11 +851,12 @@ class UpsertStager:
         candidates: list[_LiveFile],
         actions: pa.Table | None,
         keys: _BatchKeys,
-        batch_keys: DataFrame,
+        batch_keys: Callable[[], DataFrame],
     ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int]]:
         """The candidates that hold a batch key, and their matching rows per (file, delete):
         counted on the driver when it can (:mod:`committers.delta._upsert_touched`), else by
-        a Spark join of the candidates' keys with the batch's."""
+        a Spark join of the candidates' keys with the batch's (``batch_keys()``, planned
+        only then)."""
         from pyspark.sql import functions as F
 
         if not candidates:
@@ -879,7 +880,7 @@ class UpsertStager:
             *[F.col(quote(k)).alias(_key(i)) for i, k in enumerate(self._upsert.table_keys)],
         )
         names = [_key(i) for i in range(len(self._upsert.table_keys))]
-        counted = keyed.join(batch_keys, on=names).groupBy(_FILE, _DELETE).count().collect()
+        counted = keyed.join(batch_keys(), on=names).groupBy(_FILE, _DELETE).count().collect()
         matched: dict[tuple[str, bool], int] = {}
         for row in counted:
             path = row[_FILE]

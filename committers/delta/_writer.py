@@ -38,7 +38,18 @@ from committers.delta._upload import S3Uploader, UploadStream
 from framework.errors import SchemaMismatchError, StagingError
 from framework.sink import SinkWriter, WriterContext
 
-__all__ = ["DeltaStagingWriter"]
+__all__ = ["DeltaStagingWriter", "parquet_writer"]
+
+
+def parquet_writer(stream: Any, schema: pa.Schema, compression: str) -> pq.ParquetWriter:
+    """A Parquet writer with the sink's settings: INT64 timestamps, footer statistics."""
+    return pq.ParquetWriter(
+        stream,
+        schema,
+        compression=compression,
+        use_deprecated_int96_timestamps=False,
+        write_statistics=True,
+    )
 
 
 @dataclass
@@ -234,13 +245,7 @@ class DeltaStagingWriter(SinkWriter[pa.RecordBatch, StagedFile]):
             # The manifest names the file before the file exists: no file can escape cleanup.
             write_manifest(self._location, self._manifest, self._created)
             stream = self._open_stream(self._location.path(relative))
-            writer = pq.ParquetWriter(
-                stream,
-                self._data_schema,
-                compression=self._options.compression,
-                use_deprecated_int96_timestamps=False,
-                write_statistics=True,
-            )
+            writer = parquet_writer(stream, self._data_schema, self._options.compression)
         except OSError as err:
             raise StagingError(f"cannot create staged file {relative!r}: {err}") from err
         opened = _OpenFile(relative, values, stream, writer, FileStatsCollector(self._data_schema))
