@@ -6,7 +6,7 @@
    ``target_file_size`` bytes; a group of one file is left alone.
 2. **Rewrite**, into a run directory under the table root named by a staging manifest first.
    By default (``staging="auto"`` or ``"arrow"``) Python tasks read each group's files with
-   pyarrow and write them as one file (:mod:`committers.delta._compact_arrow`): the rows never
+   pyarrow and write them as one file (:mod:`committers.delta._arrow_rewrite`): the rows never
    pass through the JVM. With ``staging="spark"``: one scan of every grouped file with
    the table's schema, each row tagged with its group through ``_metadata.file_path``, one
    shuffle partition per group, and
@@ -56,9 +56,9 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
+from committers.delta._arrow_rewrite import GroupToRewrite, rewrite_groups
 from committers.delta._committable import StagedFile
 from committers.delta._committer import _remove_empty_staging_dirs
-from committers.delta._compact_arrow import GroupToRewrite, rewrite_groups
 from committers.delta._delta_schema import parse_arrow_schema, quote, spark_type, walk
 from committers.delta._options import Staging, WriterOptions, check_staging
 from committers.delta._protocol import UnsupportedTableFeatureError
@@ -203,7 +203,7 @@ def compact_table(
 
     Args:
         staging: who rewrites the files: ``"arrow"`` and ``"auto"``, Python tasks with pyarrow
-            (:mod:`committers.delta._compact_arrow`; rows never enter the JVM, several times
+            (:mod:`committers.delta._arrow_rewrite`; rows never enter the JVM, several times
             faster on small files); ``"spark"``, Spark's own reader and writer.
         before_commit: test seam, called with the attempt number (1, 2, ...) right before
             each commit request, after the removed files were found live.
@@ -643,8 +643,7 @@ def _rewrite_with_arrow(
         for index, group in enumerate(groups)
     ]
     with _rewriting(spark, location, "Python tasks"):
-        rewritten = rewrite_groups(spark, snapshot, layout, work, options, directory)
-    staged = [f for f in rewritten if f.num_records]  # (groups of empty files)
+        staged = rewrite_groups(spark, snapshot, layout, work, options, directory)
     _check_rows(location.uri, groups, staged, layout)
     return staged
 

@@ -238,8 +238,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         self._upsert_spec = UpsertSpec.of(mode, keys, sequence_by, delete_when)
         if self._upsert_spec is not None and staging == "arrow":
             raise ConfigurationError(
-                "mode='upsert' rewrites files with Spark's own Parquet reader and writer; "
-                "staging='arrow' cannot. Use staging='spark' or 'auto'."
+                "mode='upsert' computes each batch's changes and writes its new rows with "
+                "Spark (the table's rules are Spark SQL), which staging='arrow' cannot. Use "
+                "staging='auto' (Python tasks rewrite the kept rows of the files it touches) "
+                "or 'spark' (Spark's reader and writer do all of it)."
             )
         self._upsert: UpsertPlan | None = None
         self.mode: WriteMode = mode
@@ -403,7 +405,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     "cannot run. Use a classic SparkSession, or delta-rs's DeltaTable.merge()."
                 )
             return UpsertStager(
-                self.location, plan, self._upsert, self.options, self._bytes_per_row
+                self.location, plan, self._upsert, self.options, self._bytes_per_row, self.staging
             )
         if self.staging == "arrow":
             return None

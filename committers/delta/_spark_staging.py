@@ -112,8 +112,20 @@ class SparkParquetStager:
         self._bytes_per_row = bytes_per_row
 
     def stage(self, df: DataFrame, epoch: Epoch) -> tuple[list[StagedFile], int]:
+        """Write ``df`` into the run's directory (named by the run's manifest first); its
+        staged files and their rows."""
+        self.write_manifest(epoch)
+        return self.write(df, epoch)
+
+    def write_manifest(self, epoch: Epoch, also_owned: tuple[str, ...] = ()) -> None:
+        """Name the run's directory, and ``also_owned`` (directories others write for the
+        run), in the run's manifest: what a clean-up deletes if the run does not commit."""
+        directories = [run_directory(epoch), *also_owned]
+        write_manifest(self._location, spark_manifest_path(epoch), [], directories=directories)
+
+    def write(self, df: DataFrame, epoch: Epoch) -> tuple[list[StagedFile], int]:
+        """:meth:`stage` once :meth:`write_manifest` has run."""
         directory = run_directory(epoch)
-        write_manifest(self._location, spark_manifest_path(epoch), [], directories=[directory])
         # Spark's writer has no hook inside its tasks: a fault campaign's kill lands while
         # they run, from a timer.
         crash_point("staging", epoch.epoch_id, within_seconds=0.3)

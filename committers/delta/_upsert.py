@@ -9,8 +9,11 @@ of removes, adds and the batch's ``txn``, computed in Spark:
    ``sequence_by`` (several columns compare left to right); on a tie, a change that is not a
    delete over a delete; then the greatest row, comparing the input's other columns left to
    right in Spark's order (NULL lowest; a column holding maps by its JSON text). Without
-   ``sequence_by`` a key given twice fails the batch (``ConstraintViolationError``). The latest
-   changes are cached and their keys collected (one job).
+   ``sequence_by`` a key given twice fails the batch (``ConstraintViolationError``). The
+   checked batch is cached and, up to ``PRUNE_KEYS_LIMIT`` rows, its keys collected (one
+   job): a batch whose keys are all distinct is its own latest changes, with no shuffle.
+   Otherwise Spark reduces it by key (a window over a shuffle), caches that, and collects its
+   keys (or only their bounds, for more than ``PRUNE_KEYS_LIMIT`` keys).
 2. **Candidates** (driver, on snapshot V). A live file may hold a batch key only if, for every
    key column, some key of the batch lies in the file's range for it: its partition value for
    a partition column, its min/max stats otherwise. Missing stats make a file a candidate;
@@ -20,10 +23,17 @@ of removes, adds and the batch's ``txn``, computed in Spark:
    the rows of each file that match. A few small candidates (with the keys collected) are
    read on the driver with pyarrow (:mod:`committers.delta._upsert_touched`: no Spark job);
    otherwise Spark scans them and ``_metadata.file_path`` names the files.
-4. **Rewrite** (Spark). The touched files' rows whose key the batch does not name, and the
-   latest changes that are not deletes (through the table's rules, as any appended row), are
-   written by Spark's Parquet writer into the batch's run directory
-   (:class:`~committers.delta._spark_staging.SparkParquetStager`). The rows written are counted
+4. **Rewrite**. The latest changes that are not deletes go through the table's rules, as any
+   appended row, and Spark's Parquet writer writes them into the batch's run directory
+   (:class:`~committers.delta._spark_staging.SparkParquetStager`). The touched files' rows
+   whose key the batch does not name are kept: by default Python tasks rewrite each touched
+   file with pyarrow, without those rows, into ``<run directory>-kept``
+   (:mod:`committers.delta._arrow_rewrite`, :class:`~committers.delta._upsert_touched.KeysToDrop`);
+   the rows never enter the JVM. With ``staging="spark"``, or when the keys were not collected
+   or do not cast exactly to the table's types, Spark scans them, anti-joins them with the
+   batch's keys and writes them with the new rows, in one job. The manifest names both
+   directories before anything is written, and the two jobs run side by side (the Python
+   tasks from another driver thread, in the batch's job group). The rows written are counted
    against the stats of the files they replace.
 5. **Commit** (:class:`~committers.delta._committer.DeltaGlobalCommitter`): removes of the
    touched files, adds of the new ones and the txn, on the newest snapshot, only if every
@@ -40,30 +50,47 @@ changed or deleted.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import datetime
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from committers.delta._committable import ReplacedFile, Rewrite, StagedRewrite
+from committers.delta._arrow_rewrite import GroupToRewrite, rewrite_groups
+from committers.delta._committable import ReplacedFile, Rewrite, StagedFile, StagedRewrite
 from committers.delta._delta_schema import DeltaField, arrow_type, quote, spark_type, walk
-from committers.delta._options import WriterOptions
+from committers.delta._options import Staging, WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._rules import WritePlan
-from committers.delta._spark_staging import SparkParquetStager, spark_uri
+from committers.delta._schema import serialize_partition_value
+from committers.delta._snapshot import Snapshot, reader_features
+from committers.delta._source import spell_partition_value
+from committers.delta._spark_staging import (
+    SparkParquetStager,
+    run_directory,
+    spark_uri,
+)
 from committers.delta._storage import TableLocation
 from committers.delta._table import open_table, removal_path
-from committers.delta._upsert_touched import Candidate, KeyColumn, driver_matches
+from committers.delta._upsert_touched import (
+    Candidate,
+    KeyColumn,
+    KeysToDrop,
+    driver_matches,
+    keys_to_drop,
+)
 from framework.errors import (
     CommitConflictError,
     ConfigurationError,
+    ConstraintViolationError,
     SchemaMismatchError,
     StagingError,
     UnsupportedTypeError,
@@ -497,12 +524,16 @@ class UpsertStager:
         upsert: UpsertPlan,
         options: WriterOptions,
         bytes_per_row: float | None,
+        staging: Staging = "auto",
     ) -> None:
+        """``staging="spark"``: the touched files' kept rows are rewritten by Spark too (by
+        default Python tasks rewrite them when the batch's keys were collected)."""
         self._location = location
         self._plan = plan
         self._upsert = upsert
         self._options = options
         self._bytes_per_row = bytes_per_row
+        self._staging = staging
 
     def stage(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
         """Stage ``epoch``'s batch ``df`` on the newest snapshot; the result can ``redo`` it
@@ -539,20 +570,23 @@ class UpsertStager:
     def _run(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
         table = open_table(self._location)  # snapshot V (None: the commit creates the table)
         read_version = None if table is None else table.version()
-        latest = self._latest(df).persist()
+        checked = self._checked(df).persist()
+        latest = checked
         try:
-            return self._rewrite(df.sparkSession, table, read_version, latest, epoch)
+            keys, changes, upserts, latest = self._changes(df, checked)
+            return self._rewrite(
+                df.sparkSession, table, read_version, latest, (keys, changes, upserts), epoch
+            )
         finally:
-            latest.unpersist()
+            checked.unpersist()
+            if latest is not checked:
+                latest.unpersist()
 
     # -- 1. changes -----------------------------------------------------------------------
 
-    def _latest(self, df: DataFrame) -> DataFrame:
-        """One change per key (see the module docstring), with the keys renamed to
-        positional names and the delete flag; keys and sequence values checked."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
+    def _checked(self, df: DataFrame) -> DataFrame:
+        """The batch with its keys and sequence values checked (a NULL fails the task), its
+        keys copied into positional names and the delete flag, before the input's columns."""
         from framework.spark._plan import apply_input_plan
 
         upsert = self._upsert
@@ -575,18 +609,58 @@ class UpsertStager:
             )
             for name in names
         )
-        columns = [*upsert.keys, *(c for c in df.columns if c not in upsert.keys)]
-        identity = tuple(PlannedColumn(name=c, expression=quote(c)) for c in columns)
+        keyed = tuple(
+            PlannedColumn(name=_key(i), expression=quote(k)) for i, k in enumerate(upsert.keys)
+        )
         delete = f"coalesce(({upsert.delete_when}), false)" if upsert.delete_when else "false"
-        checked = apply_input_plan(
+        columns = tuple(PlannedColumn(name=c, expression=quote(c)) for c in df.columns)
+        kept = tuple(PlannedColumn(name=c.name, expression=quote(c.name)) for c in keyed)
+        return apply_input_plan(
             df,
             InputPlan(
-                columns=(*identity, PlannedColumn(name=_DELETE, expression=delete)),
+                columns=(*keyed, PlannedColumn(name=_DELETE, expression=delete), *columns),
                 checks=checks,  # on the first output column, a key: never pruned
-                output=(*identity, PlannedColumn(name=_DELETE, expression=quote(_DELETE))),
+                output=(
+                    *kept,
+                    PlannedColumn(name=_DELETE, expression=quote(_DELETE)),
+                    *columns,
+                ),
             ),
         )
-        by_key = Window.partitionBy(*[F.col(quote(k)) for k in upsert.keys])
+
+    def _changes(self, df: DataFrame, checked: DataFrame) -> tuple[_BatchKeys, int, int, DataFrame]:
+        """(the batch's keys, changes, non-delete changes, the latest change per key).
+
+        The keys of a batch of at most ``PRUNE_KEYS_LIMIT`` rows are collected first (one
+        job, which also fills the batch's cache): when no key repeats, the batch is its own
+        latest changes and no shuffle runs; a repeated key fails the batch without
+        ``sequence_by``.
+        Otherwise the batch is reduced by key in Spark (:meth:`_deduplicated`), cached, and
+        its keys collected from that.
+
+        Raises:
+            ConstraintViolationError: a key repeats without ``sequence_by``.
+        """
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        collected = checked.select(*names, _DELETE).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
+        if collected.num_rows <= PRUNE_KEYS_LIMIT:
+            repeated = _repeated_key(collected, names)
+            if repeated is None:
+                return (*self._collected_keys(collected), checked)
+            if not self._upsert.sequence:
+                raise ConstraintViolationError(_repeated_key_message(self._upsert.keys, repeated))
+        latest = self._deduplicated(df, checked).persist()
+        return (*self._batch_keys(latest), latest)
+
+    def _deduplicated(self, df: DataFrame, checked: DataFrame) -> DataFrame:
+        """One change per key of ``checked`` (see the module docstring); a repeated key fails
+        the task without ``sequence_by``."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        upsert = self._upsert
+        names = [_key(i) for i in range(len(upsert.keys))]
+        by_key = Window.partitionBy(*names)
         order = [F.col(quote(s)).desc() for s in upsert.sequence]
         order.append(F.col(_DELETE).asc())
         for name, as_json in upsert.tie_break:
@@ -595,46 +669,40 @@ class UpsertStager:
         # The batch's own parallelism (its input splits), not spark.sql.shuffle.partitions:
         # the result is cached, and Spark does not coalesce a cached plan's partitions, so a
         # small batch would otherwise become hundreds of tasks and files.
-        checked = checked.repartition(_partitions_for(df), *[F.col(quote(k)) for k in upsert.keys])
-        ranked = checked.withColumn(_RANK, F.row_number().over(by_key.orderBy(*order)))
+        shuffled = checked.repartition(_partitions_for(df), *names)
+        ranked = shuffled.withColumn(_RANK, F.row_number().over(by_key.orderBy(*order)))
         if not upsert.sequence:
             values = [
-                F.concat(
-                    F.lit(f"{k} = "), F.coalesce(F.col(quote(k)).cast("string"), F.lit("NULL"))
-                )
-                for k in upsert.keys
+                F.concat(F.lit(f"{k} = "), F.coalesce(F.col(n).cast("string"), F.lit("NULL")))
+                for k, n in zip(upsert.keys, names, strict=True)
             ]
             message = F.concat(
-                F.lit(
-                    "ConstraintViolationError: a key appears more than once in one upsert batch, "
-                    "and no sequence_by orders its changes: "
-                ),
+                F.lit(f"ConstraintViolationError: {_REPEATED_KEY}: "),
                 F.concat_ws(", ", *values),
-                F.lit(
-                    ". Give each key one change per batch, or pass sequence_by=... to keep "
-                    "the latest."
-                ),
+                F.lit(f". {_REPEATED_KEY_HINT}"),
             )
             duplicated = F.count(F.lit(1)).over(by_key) > 1
             ranked = ranked.withColumn(
                 _RANK, F.when(duplicated, F.raise_error(message)).otherwise(F.col(_RANK))
             )
-        latest = ranked.where(F.col(_RANK) == 1).drop(_RANK)
-        keyed = [F.col(quote(k)).alias(_key(i)) for i, k in enumerate(upsert.keys)]
-        return latest.select(*keyed, F.col(_DELETE), *[F.col(quote(c)) for c in df.columns])
+        return ranked.where(F.col(_RANK) == 1).drop(_RANK)
+
+    def _collected_keys(self, collected: pa.Table) -> tuple[_BatchKeys, int, int]:
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        columns = [sorted(set(collected.column(n).to_pylist())) for n in names]
+        deletes = collected.column(_DELETE).to_pylist()
+        changes = collected.num_rows
+        return _BatchKeys(columns, collected), changes, changes - sum(map(bool, deletes))
 
     def _batch_keys(self, latest: DataFrame) -> tuple[_BatchKeys, int, int]:
-        """(the batch's keys per column, changes, non-delete changes); one Spark job, two for
-        a batch of more than ``PRUNE_KEYS_LIMIT`` keys."""
+        """(the batch's keys per column, changes, non-delete changes) of the latest changes;
+        one Spark job, two for a batch of more than ``PRUNE_KEYS_LIMIT`` keys."""
         from pyspark.sql import functions as F
 
         names = [_key(i) for i in range(len(self._upsert.keys))]
         collected = latest.select(*names, _DELETE).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
         if collected.num_rows <= PRUNE_KEYS_LIMIT:
-            columns = [sorted(set(collected.column(n).to_pylist())) for n in names]
-            deletes = collected.column(_DELETE).to_pylist()
-            changes = collected.num_rows
-            return _BatchKeys(columns, collected), changes, changes - sum(map(bool, deletes))
+            return self._collected_keys(collected)
         row = latest.agg(
             F.count(F.lit(1)).alias("changes"),
             F.count_if(~F.col(_DELETE)).alias("upserts"),
@@ -720,13 +788,14 @@ class UpsertStager:
         table: DeltaTable | None,
         read_version: int | None,
         latest: DataFrame,
+        batch: tuple[_BatchKeys, int, int],
         epoch: Epoch,
     ) -> StagedRewrite:
         from pyspark.sql import functions as F
 
         from framework.spark._plan import apply_input_plan
 
-        keys, changes, upserts = self._batch_keys(latest)
+        keys, changes, upserts = batch
         live, actions = self._live_files(table)
         candidates = [f for f in live if keys.may_hold(f)] if changes else []
         self._check_readable(candidates)
@@ -772,15 +841,26 @@ class UpsertStager:
             .coalesce(max(1, math.ceil(upserts / rows_per_file))),  # files of about the target
             self._plan.input_plan,
         )
-        output = new_rows
-        if touched:
-            assert actions is not None
-            kept = self._kept_rows(session, touched, actions, batch_keys(*key_names))
-            output = new_rows.union(kept)
         stager = SparkParquetStager(
             self._location, self._plan.layout, self._options, self._bytes_per_row
         )
-        staged, rows = stager.stage(output, epoch)
+        drop = self._keys_to_drop(keys) if touched else None
+        if touched and drop is None:  # the touched files' kept rows by Spark, in one job
+            assert actions is not None
+            kept = self._kept_rows(session, touched, actions, batch_keys(*key_names))
+            staged, rows = stager.stage(new_rows.union(kept), epoch)
+        elif drop is None:  # no file touched: the new rows only
+            staged, rows = stager.stage(new_rows, epoch)
+        else:  # new rows by Spark, alongside the touched files' kept rows by Python tasks
+            assert table is not None and actions is not None
+            kept_directory = f"{run_directory(epoch)}-kept"
+            stager.write_manifest(epoch, also_owned=(kept_directory,))
+            with _in_parallel(
+                lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
+            ) as kept_files:
+                staged, rows = stager.write(new_rows, epoch) if upserts else ([], 0)
+            staged += kept_files()
+            rows += sum(f.num_records for f in kept_files())
         matched_rows = sum(matched.values())
         if all(f.records is not None for f in touched):
             copied = sum(f.records or 0 for f in touched) - matched_rows
@@ -899,12 +979,7 @@ class UpsertStager:
     ) -> dict[tuple[int, bool], int] | None:
         if keys.collected is None:
             return None
-        fields = {f.name: f for f in self._plan.shape.schema.fields}
-        partition_by = set(self._plan.shape.partition_by)
-        columns = [
-            KeyColumn(k, arrow_type(fields[k].type, physical=False), k in partition_by)
-            for k in self._upsert.table_keys
-        ]
+        columns = self._key_columns()
         files = [
             Candidate(
                 path=f.path,
@@ -924,6 +999,68 @@ class UpsertStager:
                 f"rewrites ({type(err).__name__}: {err}); nothing was committed. It may have "
                 "been deleted by a VACUUM with too short a retention, or damaged."
             ) from err
+
+    def _keys_to_drop(self, keys: _BatchKeys) -> KeysToDrop | None:
+        """The filter that drops the changed rows in Python tasks, or ``None`` when Spark
+        must: ``staging="spark"``, keys not collected, or keys that do not cast exactly."""
+        if self._staging == "spark" or keys.collected is None:
+            return None
+        return keys_to_drop(self._key_columns(), keys.collected)
+
+    def _key_columns(self) -> list[KeyColumn]:
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        partition_by = set(self._plan.shape.partition_by)
+        return [
+            KeyColumn(k, arrow_type(fields[k].type, physical=False), k in partition_by)
+            for k in self._upsert.table_keys
+        ]
+
+    def _rewrite_kept(
+        self,
+        session: SparkSession,
+        table: DeltaTable,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        drop: KeysToDrop,
+        directory: str,
+    ) -> list[StagedFile]:
+        """The touched files' rows whose key the batch does not name, rewritten by Python
+        tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
+        partition_by = list(self._plan.shape.partition_by)
+        typed: list[list[Any]] = []
+        if partition_by:  # (an unpartitioned table's actions have no partition column)
+            struct = actions.take([f.index for f in touched]).column("partition").combine_chunks()
+            typed = [struct.field(c).to_pylist() for c in partition_by]
+        groups = [
+            GroupToRewrite(
+                index=i,
+                files=((f.path, f.size),),
+                partition_values=tuple(
+                    (c, serialize_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
+                ),
+                read_values=tuple(
+                    (c, spell_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
+                ),
+            )
+            for i, f in enumerate(touched)
+        ]
+        snapshot = Snapshot(
+            self._location,
+            table.version(),
+            self._plan.shape,
+            reader_features(table)[1],
+            table.schema().to_json(),
+        )
+        return rewrite_groups(
+            session,
+            snapshot,
+            self._plan.layout,
+            groups,
+            self._options,
+            directory,
+            operation="the upsert",
+            row_filter=drop,
+        )
 
     def _kept_rows(
         self,
@@ -955,6 +1092,63 @@ class UpsertStager:
         return apply_input_plan(
             kept, InputPlan(columns=identity, checks=(), output=self._plan.input_plan.output)
         )
+
+
+@contextlib.contextmanager
+def _in_parallel(work: Callable[[], list[StagedFile]]) -> Iterator[Callable[[], list[StagedFile]]]:
+    """Run ``work`` (Spark jobs) in another thread while the body runs its own: Spark's
+    scheduler then fills the cores the body's job leaves idle. Yields the way to ``work``'s
+    result once the body is done (re-raising its error). The thread inherits this thread's
+    job group, so a failed batch's clean-up waits for its tasks too; leaving the body always
+    waits for ``work`` to end, so nothing it writes can follow the clean-up."""
+    from pyspark.util import InheritableThread
+
+    outcome: list[list[StagedFile] | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as err:  # re-raised on the caller's thread
+            outcome.append(err)
+
+    thread = InheritableThread(run)
+    thread.start()
+
+    def result() -> list[StagedFile]:
+        done = outcome[0]
+        if isinstance(done, BaseException):
+            raise done
+        return done
+
+    try:
+        yield result
+    finally:
+        thread.join()
+
+
+_REPEATED_KEY = (
+    "a key appears more than once in one upsert batch, and no sequence_by orders its changes"
+)
+_REPEATED_KEY_HINT = (
+    "Give each key one change per batch, or pass sequence_by=... to keep the latest."
+)
+
+
+def _repeated_key(collected: pa.Table, names: list[str]) -> tuple[Any, ...] | None:
+    """A key that appears more than once in ``collected`` (its key columns ``names``), or
+    ``None``. Keys compare as their values (no collation): as the table's files are matched."""
+    if collected.num_rows == 0:
+        return None
+    counted = collected.group_by(names).aggregate([([], "count_all")])
+    if counted.num_rows == collected.num_rows:
+        return None
+    first = pc.index(pc.greater(counted.column("count_all"), 1), True).as_py()
+    return tuple(counted.column(n)[first].as_py() for n in names)
+
+
+def _repeated_key_message(keys: Sequence[str], values: tuple[Any, ...]) -> str:
+    shown = ", ".join(f"{k} = {v}" for k, v in zip(keys, values, strict=True))
+    return f"{_REPEATED_KEY}: {shown}. {_REPEATED_KEY_HINT}"
 
 
 def _partitions_for(df: DataFrame) -> int:

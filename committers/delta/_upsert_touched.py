@@ -1,4 +1,5 @@
-"""Which candidate files of an upsert hold a batch key, found on the driver.
+"""An upsert's key matching in pyarrow: which candidate files hold a batch key (on the driver),
+and the filter that drops the changed rows of the files it rewrites (in Python tasks).
 
 When the batch's keys were collected and the candidates are few and small, the driver reads
 only their key columns with pyarrow and hash-joins them with the keys: tens of milliseconds,
@@ -17,13 +18,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from committers.delta._storage import TableLocation
 
-__all__ = ["DRIVER_MAX_BYTES", "DRIVER_MAX_FILES", "KeyColumn", "driver_matches"]
+__all__ = [
+    "DRIVER_MAX_BYTES",
+    "DRIVER_MAX_FILES",
+    "Candidate",
+    "KeyColumn",
+    "KeysToDrop",
+    "driver_matches",
+    "keys_to_drop",
+]
 
 #: The driver confirms candidates only up to this many files and bytes of Parquet in all
 #: (it reads their key columns alone, a fraction of that); beyond, Spark joins.
@@ -33,6 +43,7 @@ _READERS = 8  # files read at once: object stores answer each open after a round
 
 _FILE = "__sparksink_file__"
 _DELETE = "__sparksink_delete__"
+_ROW = "__sparksink_row__"
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,47 @@ def driver_matches(
             strict=True,
         )
     }
+
+
+@dataclass(frozen=True)
+class KeysToDrop:
+    """The row filter of an upsert's rewrite in Python tasks: keeps, in order, the rows whose
+    key equals no batch key (a NULL key equals nothing), as Spark's anti join on the key does.
+
+    Attributes:
+        names: the key columns of the rows filtered (the table's names).
+        keys: the batch's keys, one column per name, typed as the table (see
+            :func:`keys_to_drop`).
+    """
+
+    names: tuple[str, ...]
+    keys: pa.Table
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        if len(self.names) == 1:
+            wanted = self.keys.column(0).combine_chunks()
+            named = pc.is_in(rows.column(self.names[0]), value_set=wanted)
+        else:
+            positions = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+            probe = pa.table(
+                [rows.column(n) for n in self.names] + [positions],
+                names=[*self.keys.column_names, _ROW],
+            )
+            hit = probe.join(self.keys, keys=self.keys.column_names, join_type="left semi")
+            named = pc.is_in(positions, value_set=hit.column(_ROW))
+        return rows.filter(pc.invert(pc.fill_null(named, False)))
+
+
+def keys_to_drop(keys: Sequence[KeyColumn], batch: pa.Table) -> KeysToDrop | None:
+    """The filter dropping the rows whose key is one of ``batch``'s (one column per key, in
+    ``keys``' order; more columns are ignored); ``None`` when a key's values do not cast
+    exactly to the table's type (Spark's join coerces them its own way)."""
+    names = [f"__sparksink_key_{i}__" for i in range(len(keys))]
+    try:
+        columns = [_exact(batch.column(i), k.type) for i, k in enumerate(keys)]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    return KeysToDrop(tuple(k.name for k in keys), pa.table(columns, names=names))
 
 
 def _keys_of(

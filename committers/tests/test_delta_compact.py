@@ -267,7 +267,7 @@ def test_bin_packing_groups_files_up_to_the_target_and_leaves_single_files():
 
 
 def test_groups_are_spread_over_tasks_of_about_equal_bytes():
-    from committers.delta._compact_arrow import GroupToRewrite, _pack
+    from committers.delta._arrow_rewrite import GroupToRewrite, _pack
 
     groups = [GroupToRewrite(i, ((f"f{i}", size),), ()) for i, size in enumerate([9, 5, 4, 3, 3])]
     tasks = _pack(groups, slots=2)

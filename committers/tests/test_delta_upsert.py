@@ -3,12 +3,16 @@ delete_when=...)`` applies each batch as ONE copy-on-write transaction carrying 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,7 +73,8 @@ def _log(uri: str) -> list[list[dict]]:
 
 
 def _files_ever_added(uri: str) -> set[str]:
-    return {a["add"]["path"] for commit in _log(uri) for a in commit if "add" in a}
+    """Paths (relative, decoded: as on disk) of every file any commit added."""
+    return {unquote(a["add"]["path"]) for commit in _log(uri) for a in commit if "add" in a}
 
 
 def _assert_clean(uri: str) -> None:
@@ -113,6 +118,21 @@ def _upsert(uri: str, **options) -> TwoPhaseSink:
 
 def _changes(spark, rows: list[tuple]):
     return spark.createDataFrame(rows, CHANGES)
+
+
+#: Who rewrites the touched files' kept rows: Python tasks (the default) or Spark.
+KEPT_BY = pytest.mark.parametrize("staging", ["auto", "spark"])
+#: How a batch's changes are found: its keys collected first (a batch without a repeated key
+#: needs no shuffle), or, for a batch of more keys than the driver collects, reduced by key in
+#: Spark (whose tasks then also fail a repeated key without sequence_by).
+CHANGES_BY = pytest.mark.parametrize("keys_limit", [None, 1], ids=["collected", "spark"])
+
+
+def _limit_collected_keys(monkeypatch, keys_limit: int | None) -> None:
+    from committers.delta import _upsert
+
+    if keys_limit is not None:
+        monkeypatch.setattr(_upsert, "PRUNE_KEYS_LIMIT", keys_limit)
 
 
 # -- a CDC stream, replayed and killed ---------------------------------------------------------
@@ -199,7 +219,12 @@ def test_a_cdc_stream_replayed_and_killed_before_a_commit_ends_exact(spark, tmp_
 # -- one batch ---------------------------------------------------------------------------------
 
 
-def test_out_of_order_duplicate_and_tied_changes_of_one_batch(spark, tmp_path) -> None:
+@KEPT_BY
+@CHANGES_BY
+def test_out_of_order_duplicate_and_tied_changes_of_one_batch(
+    spark, tmp_path, monkeypatch, staging, keys_limit
+) -> None:
+    _limit_collected_keys(monkeypatch, keys_limit)
     uri = str(tmp_path / "t")
     existing = {2: ("old2", 0), 3: ("old3", 0), 7: ("old7", 0)}
     write_deltalake(
@@ -226,7 +251,7 @@ def test_out_of_order_duplicate_and_tied_changes_of_one_batch(spark, tmp_path) -
         (6, "same", 2, "U"),
         (6, "same", 2, "U"),  # an exact duplicate
     ]
-    metrics = _upsert(uri).write(_changes(spark, batch).repartition(3))
+    metrics = _upsert(uri, staging=staging).write(_changes(spark, batch).repartition(3))
     assert metrics.status == "committed"
     expected = [
         (1, "late", 5),
@@ -245,10 +270,15 @@ def test_out_of_order_duplicate_and_tied_changes_of_one_batch(spark, tmp_path) -
     assert json.loads(info["operationParameters"]["upsertKeys"]) == ["id"]
 
 
-def test_only_the_file_holding_the_key_is_read_and_rewritten_or_none(spark, tmp_path) -> None:
+@KEPT_BY
+def test_only_the_file_holding_the_key_is_read_and_rewritten_or_none(
+    spark, tmp_path, staging
+) -> None:
     uri = _four_files(tmp_path)
     version = DeltaTable(uri).version()
-    _upsert(uri).write(_changes(spark, [(15, "changed", 1, "U"), (99, None, 1, "D")]))
+    _upsert(uri, staging=staging).write(
+        _changes(spark, [(15, "changed", 1, "U"), (99, None, 1, "D")])
+    )
     actions = _log(uri)[-1]
     removed = [a["remove"]["path"] for a in actions if "remove" in a]
     holding_15 = next(
@@ -258,6 +288,10 @@ def test_only_the_file_holding_the_key_is_read_and_rewritten_or_none(spark, tmp_
         if "add" in a and json.loads(a["add"]["stats"])["minValues"]["id"] == 10
     )
     assert removed == [holding_15]
+    kept_files = [
+        a for a in actions if "add" in a and a["add"]["path"].split("/")[0].endswith("-kept")
+    ]
+    assert len(kept_files) == (1 if staging == "auto" else 0)  # Python tasks' own directory
     metrics = next(a["commitInfo"] for a in actions if "commitInfo" in a)["operationMetrics"]
     assert metrics["numTargetFilesBeforeSkipping"] == "4"
     assert metrics["numTargetFilesAfterSkipping"] == "1"  # stats ruled out the other three
@@ -267,7 +301,7 @@ def test_only_the_file_holding_the_key_is_read_and_rewritten_or_none(spark, tmp_
     assert len(rows) == 40 and (15, "changed") in rows
 
     # Only deletes of keys no file can hold: nothing read or written, the txn still recorded.
-    _upsert(uri).write(_changes(spark, [(999, None, 2, "D")]), epoch_id=5)
+    _upsert(uri, staging=staging).write(_changes(spark, [(999, None, 2, "D")]), epoch_id=5)
     actions = _log(uri)[-1]
     assert not [a for a in actions if "add" in a or "remove" in a]
     assert next(a["txn"] for a in actions if "txn" in a) == {"appId": "up:write", "version": 5}
@@ -292,11 +326,15 @@ def _interfering(monkeypatch, interfere) -> list[int]:
 
 
 def _run_directories(uri: str, version: int) -> set[str]:
-    return {a["add"]["path"].split("/", 1)[0] for a in _log(uri)[version] if "add" in a}
+    """The runs whose files the commit ``version`` adds (new rows in ``batch-<e>-<run>/``, the
+    kept rows of the rewritten files in ``batch-<e>-<run>-kept/``)."""
+    added = [a["add"]["path"].split("/", 1)[0] for a in _log(uri)[version] if "add" in a]
+    return {d.removesuffix("-kept") for d in added}
 
 
+@KEPT_BY
 def test_a_concurrent_append_survives_and_costs_a_commit_attempt_only(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, staging
 ) -> None:
     uri = _four_files(tmp_path)
 
@@ -306,7 +344,9 @@ def test_a_concurrent_append_survives_and_costs_a_commit_attempt_only(
             write_deltalake(uri, pa.table(appended), mode="append")
 
     calls = _interfering(monkeypatch, append_once)
-    _upsert(uri).write(_changes(spark, [(5, "five", 1, "U"), (100, "new", 1, "I")]))
+    _upsert(uri, staging=staging).write(
+        _changes(spark, [(5, "five", 1, "U"), (100, "new", 1, "I")])
+    )
     assert len(calls) == 2  # the commit was attempted again, on the newer snapshot
     (run_directory,) = _run_directories(uri, DeltaTable(uri).version())
     assert not run_directory.endswith("-redo")  # without computing the batch again
@@ -316,8 +356,9 @@ def test_a_concurrent_append_survives_and_costs_a_commit_attempt_only(
     _assert_clean(uri)
 
 
+@KEPT_BY
 def test_a_concurrent_rewrite_of_the_same_file_is_redone_once_then_fails_loudly(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, staging
 ) -> None:
     uri = _four_files(tmp_path)
     theirs: list[str] = []
@@ -330,7 +371,9 @@ def test_a_concurrent_rewrite_of_the_same_file_is_redone_once_then_fails_loudly(
             DeltaTable(uri).update(updates={"name": f"'{theirs[-1]}'"}, predicate="id = 5")
 
     calls = _interfering(monkeypatch, update_the_same_row)
-    _upsert(uri).write(_changes(spark, [(5, "ours", 1, "U"), (15, "ours", 1, "U")]))
+    _upsert(uri, staging=staging).write(
+        _changes(spark, [(5, "ours", 1, "U"), (15, "ours", 1, "U")])
+    )
     assert len(calls) == 2 and theirs == ["theirs0"]
     (run_directory,) = _run_directories(uri, DeltaTable(uri).version())
     assert run_directory.endswith("-redo")  # computed again on the snapshot with theirs0
@@ -341,7 +384,9 @@ def test_a_concurrent_rewrite_of_the_same_file_is_redone_once_then_fails_loudly(
     version = DeltaTable(uri).version()
     budget[0] = 2  # now the first attempt and the redo each lose the file to the other writer
     with pytest.raises(UpsertConflictError, match="another writer removed a file it rewrites"):
-        _upsert(uri).write(_changes(spark, [(5, "ours again", 2, "U")]), epoch_id=7)
+        _upsert(uri, staging=staging).write(
+            _changes(spark, [(5, "ours again", 2, "U")]), epoch_id=7
+        )
     assert theirs == ["theirs0", "theirs1", "theirs2"]
     assert DeltaTable(uri).version() == version + 2  # the other writer's commits only
     assert DeltaTable(uri).transaction_version("up:write") == 0  # epoch 7 never committed
@@ -448,9 +493,11 @@ def test_tables_whose_features_an_upsert_would_break_are_refused(
     _assert_clean(uri)
 
 
+@CHANGES_BY
 def test_null_keys_and_unordered_repeated_keys_fail_the_batch_with_nothing_committed(
-    spark, tmp_path
+    spark, tmp_path, monkeypatch, keys_limit
 ) -> None:
+    _limit_collected_keys(monkeypatch, keys_limit)
     uri = _four_files(tmp_path)
     version = DeltaTable(uri).version()
     with pytest.raises(NullConstraintError, match="key column 'id' must not be NULL"):
@@ -478,6 +525,155 @@ def test_a_file_to_rewrite_that_vanished_fails_the_batch_with_nothing_committed(
         _upsert(uri).write(_changes(spark, [(15, "changed", 1, "U")]))
     assert DeltaTable(uri).version() == version
     assert staging_leftovers(uri) == []
+
+
+def test_a_file_that_vanishes_before_python_tasks_rewrite_it_fails_the_batch_cleanly(
+    spark, tmp_path, monkeypatch
+) -> None:
+    from committers.delta._upsert import UpsertStager
+
+    uri = _four_files(tmp_path)
+    version = DeltaTable(uri).version()
+    found = UpsertStager._touched
+
+    def then_vanish(self, *args):  # type: ignore[no-untyped-def]
+        touched, matched = found(self, *args)
+        for f in touched:  # after the driver read it, before the tasks do
+            os.remove(Path(uri) / f.path)
+        return touched, matched
+
+    monkeypatch.setattr(UpsertStager, "_touched", then_vanish)
+    with pytest.raises(StagingError, match=r"the upsert could not read '.*\.parquet' of"):
+        _upsert(uri).write(_changes(spark, [(15, "changed", 1, "U"), (100, "new", 1, "I")]))
+    assert DeltaTable(uri).version() == version
+    assert staging_leftovers(uri) == []
+    assert not list(Path(uri).glob("batch-*/*.parquet"))  # the new rows' file deleted too
+
+
+# -- who rewrites the kept rows does not change the table --------------------------------------
+
+
+HOUR = dt.datetime(2026, 11, 21, 10, tzinfo=dt.timezone.utc)
+
+
+def _made_by_delta_rs(uri: str) -> None:
+    """A table partitioned by a string and a timestamp, written by delta-rs in three commits:
+    values at their extremes, rows with NULL keys (never matched), and a column the first files
+    lack (added later)."""
+    utc = dt.timezone.utc
+    first = pa.table(
+        {
+            "day": ["d 1", "d 1", "d 1", "d2", "d2"],
+            "hour": pa.array([HOUR] * 5, pa.timestamp("us", utc)),
+            "id": pa.array([1, 2, None, 1, 2], pa.int64()),
+            "name": ["", "\U0001f600 non-BMP", "null key", "x", "y"],
+            "amount": pa.array(
+                [Decimal("-99999999.99"), None, Decimal("0.01"), None, None], pa.decimal128(10, 2)
+            ),
+            "at": pa.array(
+                [
+                    dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+                    None,
+                    dt.datetime(1, 1, 1, tzinfo=utc),
+                    None,
+                    None,
+                ],
+                pa.timestamp("us", utc),
+            ),
+            "score": pa.array([float("nan"), float("inf"), -0.0, None, 1.5], pa.float64()),
+            "tags": pa.array([["a"], [], None, ["b", None], None], pa.list_(pa.string())),
+        }
+    )
+    write_deltalake(uri, first, partition_by=["day", "hour"])
+    write_deltalake(
+        uri,
+        first.slice(3).set_column(2, "id", pa.array([3, 4], pa.int64())),
+        mode="append",
+        partition_by=["day", "hour"],
+    )
+    later = first.slice(0, 2).set_column(2, "id", pa.array([5, 6], pa.int64()))
+    later = later.append_column("note", pa.array(["added later", None]))
+    write_deltalake(uri, later, mode="append", partition_by=["day", "hour"], schema_mode="merge")
+
+
+def test_kept_rows_rewritten_by_python_tasks_or_by_spark_give_the_same_table(
+    spark, tmp_path
+) -> None:
+    changes = spark.createDataFrame(
+        [
+            ("d 1", HOUR, 1, "updated", 1, "U"),
+            ("d2", HOUR, 1, None, 1, "D"),
+            ("d2", HOUR, 2, None, 1, "D"),  # the file of d2 from the first commit: no row kept
+            ("d 1", HOUR, 6, None, 1, "D"),  # in a file that has the later column
+            ("d 1", HOUR, 9, "inserted", 1, "I"),
+            ("d 1", HOUR + dt.timedelta(hours=1), 2, None, 1, "D"),  # another hour: no such row
+        ],
+        "day string, hour timestamp, id long, name string, ts long, op string",
+    )
+    tables = {}
+    for staging in ("auto", "spark"):
+        uri = str(tmp_path / staging)
+        _made_by_delta_rs(uri)
+        before = DeltaTable(uri).version()
+        TwoPhaseSink(
+            DeltaSink(
+                uri,
+                mode="upsert",
+                keys=["day", "hour", "id"],
+                sequence_by="ts",
+                delete_when="op = 'D'",
+                staging=staging,
+            )
+        ).write(changes)
+        assert DeltaTable(uri).version() == before + 1
+        _assert_clean(uri)
+        _assert_stats_describe_files(uri)
+        tables[staging] = uri
+    columns = ["day", "hour", "id", "name", "amount", "at", "score", "tags", "note"]
+    ours, spark_side = (_comparable(read_rows(tables[s], columns)) for s in ("auto", "spark"))
+    assert ours == spark_side
+    assert _comparable(duckdb_rows(tables["auto"])) == _comparable(duckdb_rows(tables["spark"]))
+    by_key = {(r["day"], r["id"]): r for r in read_rows(tables["auto"], columns)}
+    assert sorted(by_key, key=str) == sorted(
+        [("d 1", 1), ("d 1", 2), ("d 1", None), ("d 1", 5), ("d 1", 9), ("d2", 3), ("d2", 4)],
+        key=str,
+    )
+    assert by_key[("d 1", 1)]["name"] == "updated" and by_key[("d 1", 1)]["amount"] is None
+    kept = by_key[("d 1", 2)]
+    assert kept["name"] == "\U0001f600 non-BMP" and math.isinf(kept["score"])
+    assert by_key[("d 1", 5)]["note"] == "added later" and by_key[("d 1", 2)]["note"] is None
+    assert by_key[("d 1", None)]["at"] == dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)
+    assert {r["hour"] for r in by_key.values()} == {HOUR}
+    removed = [a["remove"]["path"] for a in _log(tables["auto"])[-1] if "remove" in a]
+    assert len(removed) == 3  # d 1 of commits 0 and 2, d2 of commit 0; d2 of commit 1 untouched
+    for staging, kept_by_python in (("auto", 2), ("spark", 0)):  # (d2's file keeps no row)
+        added = [a["add"]["path"] for a in _log(tables[staging])[-1] if "add" in a]
+        assert sum(p.split("/")[0].endswith("-kept") for p in added) == kept_by_python
+
+
+def _comparable(rows: list[dict]) -> list[tuple]:
+    """Rows as sortable tuples (NaN spelled, so that equal tables compare equal)."""
+
+    def value(v):  # type: ignore[no-untyped-def]
+        if isinstance(v, float) and math.isnan(v):
+            return "NaN"
+        return repr(v)
+
+    return sorted(tuple(sorted((k, value(v)) for k, v in r.items())) for r in rows)
+
+
+def _assert_stats_describe_files(uri: str) -> None:
+    """Every live file's logged numRecords, null count and id bounds (when logged: a file
+    with NaN or an infinity in a float column gets none) are its contents'."""
+    table = DeltaTable(uri)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    for action in actions:
+        ids = pq.read_table(Path(uri) / unquote(action["path"])).column("id")
+        assert action["num_records"] == len(ids)
+        assert action["null_count.id"] == ids.null_count
+        present = [i for i in ids.to_pylist() if i is not None]
+        if action.get("min.id") is not None:
+            assert action["min.id"] == min(present) and action["max.id"] == max(present)
 
 
 # -- the driver's and Spark's count of the touched files agree ---------------------------------

@@ -1,30 +1,34 @@
-"""Compaction's rewrite in Python tasks: each group's files read with pyarrow and written as one
-file, the rows never passing through the JVM.
+"""Rewrites in Python tasks: each group of files read with pyarrow and written as one file, the
+rows never passing through the JVM. Compaction rewrites its bin-packed groups this way; an upsert
+its touched files, each without the rows whose key the batch names.
 
 Spark's own reader pays a task-side open, footer read and row conversion per file; for
 thousands of small files that alone costs several times what the whole rewrite costs in
 pyarrow (``benchmarks/compaction.py``). Here Spark only schedules the tasks, each rewriting
-whole groups (one task per core, more for large compactions: see :data:`TASK_BYTES`), and
+whole groups (one task per core, more for large rewrites: see :data:`TASK_BYTES`), and
 each group becomes one file:
 
 * each file is read as the table's logical schema by the snapshot source's reader
   (:class:`~committers.delta._source.DeltaFileReader`: columns cast to the table's types, INT96
-  and millisecond timestamps included; a column the file lacks is null);
+  and millisecond timestamps included; a column the file lacks is null; partition columns
+  hold the group's values);
+* an optional row filter (picklable) drops rows, batch by batch;
 * the rows are written with the sink's Parquet settings (the layout's file schema, INT64
   timestamps, footer statistics, stats collected from the rows as the Python staging writer
-  does) into ``<run directory>/<partition dirs>/part-<group>-<uuid>.<codec>.parquet``;
+  does) into ``<directory>/<partition dirs>/part-<group>-<uuid>.<codec>.parquet``;
 * the partition values are the exact strings the log stores for the group.
 
-The run directory is named by the staging manifest before any task starts, so a failed or
-killed compaction's files are found and deleted exactly as those of Spark's writer.
+The caller names ``directory`` in a staging manifest before any task starts, so a failed or
+killed rewrite's files are found and deleted exactly as those of Spark's writer.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,22 +48,28 @@ from framework.source import FileSplit
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["GroupToRewrite", "rewrite_groups"]
+__all__ = ["GroupToRewrite", "RowFilter", "rewrite_groups"]
 
 #: Bytes of input files per Spark task, beyond one task per core. A PySpark task costs some
 #: 25 ms of its own (measured in local[2]), so small groups share tasks; large compactions
 #: still get tasks small enough to retry cheaply.
 TASK_BYTES = 512 * 1024 * 1024
 
+#: Keeps some rows of a table of the table's logical schema (pickled to the tasks).
+RowFilter = Callable[[pa.Table], pa.Table]
+
 
 @dataclass(frozen=True)
 class GroupToRewrite:
     """One output file: its source files (paths relative to the table root, sizes) and the
-    partition values as the log spells them."""
+    partition values as the log spells them; ``read_values``, the same as the reader spells
+    them (:func:`~committers.delta._source.spell_partition_value`), when a row filter reads
+    partition columns (without them, they read as null)."""
 
     index: int
     files: tuple[tuple[str, int], ...]
     partition_values: tuple[tuple[str, str | None], ...]
+    read_values: tuple[tuple[str, str | None], ...] = ()
 
     @property
     def size(self) -> int:
@@ -74,9 +84,14 @@ def rewrite_groups(
     groups: list[GroupToRewrite],
     options: WriterOptions,
     directory: str,
+    *,
+    operation: str = "compaction",
+    row_filter: RowFilter | None = None,
 ) -> list[StagedFile]:
     """Rewrite each group as one file under ``directory`` (relative to the table root), in
-    Spark tasks each rewriting whole groups; the staged files, one per group, in no order.
+    Spark tasks each rewriting whole groups; the staged files, one per group that keeps a row
+    (none is written for a group without rows), in no order. ``row_filter`` (run in the
+    tasks) keeps the rows it returns of each batch read; errors name ``operation``.
 
     Raises:
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files
@@ -84,12 +99,12 @@ def rewrite_groups(
     """
     if not groups:
         return []
-    rewrite = _GroupRewriter(snapshot, layout, options, directory)
+    rewrite = _GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
     total = sum(g.size for g in groups)
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = _pack(groups, max(cores, math.ceil(total / TASK_BYTES)))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    return rdd.flatMap(lambda task: [rewrite(group) for group in task]).collect()
+    return rdd.flatMap(lambda task: [f for g in task if (f := rewrite(g)) is not None]).collect()
 
 
 def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]]:
@@ -107,14 +122,26 @@ class _GroupRewriter:
     """The task's work (pickled to the Python workers)."""
 
     def __init__(
-        self, snapshot: Snapshot, layout: FileLayout, options: WriterOptions, directory: str
+        self,
+        snapshot: Snapshot,
+        layout: FileLayout,
+        options: WriterOptions,
+        directory: str,
+        operation: str,
+        row_filter: RowFilter | None,
     ) -> None:
         self._snapshot = snapshot
         self._layout = layout
         self._options = options
         self._directory = directory
+        self._operation = operation
+        self._row_filter = row_filter
 
-    def __call__(self, group: GroupToRewrite) -> StagedFile:
+    def __call__(self, group: GroupToRewrite) -> StagedFile | None:
+        tables = self._row_groups(group)
+        first = next(tables, None)
+        if first is None:  # empty files only, or every row filtered out
+            return None
         location = self._snapshot.location
         schema = self._layout.file_schema
         values = dict(group.partition_values)
@@ -129,13 +156,13 @@ class _GroupRewriter:
         try:
             with fs.open(full, "wb") as stream:
                 writer = parquet_writer(stream, schema, self._options.compression)
-                for table in self._row_groups(group):
+                for table in itertools.chain([first], tables):
                     stats.observe(table)
                     writer.write_table(table, row_group_size=table.num_rows)
                 writer.close()
                 size = stream.tell()
         except OSError as err:
-            raise StagingError(f"compaction could not write {relative!r}: {err}") from err
+            raise StagingError(f"{self._operation} could not write {relative!r}: {err}") from err
         metadata = writer.writer.metadata
         return StagedFile(
             path=relative,
@@ -147,15 +174,17 @@ class _GroupRewriter:
         )
 
     def _row_groups(self, group: GroupToRewrite) -> Iterator[pa.Table]:
-        """The group's rows as tables of the file schema, each up to one row group."""
+        """The group's rows (those the filter keeps) as tables of the file schema, each up to
+        one row group; no empty table."""
         read = DeltaFileReader(self._snapshot)
-        schema = self._layout.file_schema
+        values = dict(group.read_values)
         pending: list[pa.RecordBatch] = []
         rows = size = 0
         for path, file_size in group.files:
             try:
-                for batch in read(FileSplit(path=path, size_bytes=file_size)):
-                    pending.append(batch.select(schema.names))
+                split = FileSplit(path=path, size_bytes=file_size, partition_values=values)
+                for batch in read(split):
+                    pending.append(batch)
                     rows += batch.num_rows
                     size += batch.nbytes
                     # Small files make small batches: buffered up to one row group.
@@ -163,18 +192,24 @@ class _GroupRewriter:
                         rows >= self._options.row_group_rows
                         or size >= self._options.row_group_bytes
                     ):
-                        yield _as_file_table(pending, schema)
+                        yield from self._kept(pending)
                         pending, rows, size = [], 0, 0
             except (OSError, pa.ArrowException) as err:
                 raise StagingError(
-                    f"compaction could not read {path!r} of {self._snapshot.location.uri} "
+                    f"{self._operation} could not read {path!r} of {self._snapshot.location.uri} "
                     f"({type(err).__name__}: {err}); nothing was committed. The file may have "
                     "been deleted (VACUUM) or damaged since it was committed."
                 ) from err
-        if pending:
-            yield _as_file_table(pending, schema)
+        yield from self._kept(pending)
 
-
-def _as_file_table(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    table: Any = pa.Table.from_batches(batches)
-    return table.cast(schema)
+    def _kept(self, batches: list[pa.RecordBatch]) -> Iterator[pa.Table]:
+        """``batches`` (of the logical schema) filtered and cast to the file schema, if any row
+        remains. (Filtered a row group at a time: a filter may cost per call.)"""
+        if not batches:
+            return
+        table: Any = pa.Table.from_batches(batches)
+        if self._row_filter is not None:
+            table = self._row_filter(table)
+        if table.num_rows:
+            schema = self._layout.file_schema
+            yield table.select(schema.names).cast(schema)
