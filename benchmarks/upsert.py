@@ -1,6 +1,6 @@
-"""Upserts: ``DeltaSink(mode="upsert")`` (Spark finds and rewrites the files holding the keys,
-one delta-rs commit) against delta-rs's own ``DeltaTable.merge(...)``, side by side, on two
-copies of the same table and the same changes.
+"""Upserts: ``DeltaSink(mode="upsert")`` (Spark computes the changes and writes the new rows,
+Python tasks rewrite the files holding the keys, one delta-rs commit) against delta-rs's own
+``DeltaTable.merge(...)``, side by side, on copies of the same table and the same changes.
 
 The table: N rows (id, k, s, ts of ``_common.rows_df``), ids 0..N-1 sorted into FILES files by
 range, written once by the sink itself. The changes: CHANGES rows, 80% updates of existing ids
@@ -11,16 +11,17 @@ drawn from 5% of the files (new k, s and ts), 20% inserts of new ids. Both sides
 * delta-rs: ``DeltaTable(copy).merge(changes, predicate="t.id = s.id", ...)
   .when_matched_update_all().when_not_matched_insert_all().execute()``.
 
-A third side, the floor, is the least any copy-on-write done by Spark must do here: one job
-that shuffles the changes by id and writes them, together with every row of the files the
-upsert rewrites, with Spark's own Parquet writer (no dedupe, no join, no commit).
+Two more sides, not in the ratio: ours with ``staging="spark"`` (Spark's reader and writer
+rewrite the touched files too), and the floor of an all-Spark copy-on-write: one job that
+shuffles the changes by id and writes them, together with every row of the files the upsert
+rewrites, with Spark's own Parquet writer (no dedupe, no join, no commit).
 
-Each repeat copies the pristine table twice and runs each side on one copy, alternating which
-goes first; both copies must then hold the same rows (count, sums of id and k, and the changed
-rows themselves). Medians after a warm-up round. The ratio printed is delta-rs time / our time
-(above 1.0: ours is faster). A loaded machine flatters the side with more threads, so the ratio
-is only printed when the 1-minute load average is at most 0.5 when the script starts, unless
-``--force``.
+Each repeat copies the pristine table for each side and runs them one after the other, ours
+and delta-rs alternating which goes first; the upserted copies must then hold the same rows
+(count, sums of id and k, and the changed rows themselves). Medians after a warm-up round.
+The ratio printed is delta-rs time / our time (above 1.0: ours is faster). A loaded machine
+flatters the side with more threads, so the ratio is only printed when the 1-minute load
+average is at most 0.5 when the script starts, unless ``--force``.
 
 Usage: python benchmarks/upsert.py [N] [FILES] [CHANGES] [REPEATS] [--force]
 (defaults: 10,000,000 rows, 200 files, 100,000 changes, 3 repeats)
@@ -129,11 +130,14 @@ def main() -> int:
         changes_df = spark.createDataFrame(data).cache()
         changes_df.count()
 
-        def ours(uri: str) -> int:
-            sink = TwoPhaseSink(DeltaSink(uri, app_id="upsert", mode="upsert", keys=["id"]))
-            sink.write(changes_df)
+        def ours(uri: str, staging: str = "auto") -> int:
+            sink = DeltaSink(uri, app_id="upsert", mode="upsert", keys=["id"], staging=staging)
+            TwoPhaseSink(sink).write(changes_df)
             info = DeltaTable(uri).history(1)[0]
             return int(info["operationMetrics"]["numRemovedFiles"])
+
+        def ours_all_spark(uri: str) -> int:
+            return ours(uri, staging="spark")
 
         def delta_rs(uri: str) -> int:
             metrics = (
@@ -155,6 +159,7 @@ def main() -> int:
         sides = {
             "ours (DeltaSink upsert)": ours,
             "delta-rs merge": delta_rs,
+            "ours, staging='spark'": ours_all_spark,
             "floor: Spark rewrite": spark_floor,
         }
         times: dict[str, list[float]] = {name: [] for name in sides}
@@ -164,6 +169,7 @@ def main() -> int:
             order = [("ours (DeltaSink upsert)", ours), ("delta-rs merge", delta_rs)]
             if round_number % 2:
                 order.reverse()
+            order.append(("ours, staging='spark'", ours_all_spark))
             order.append(("floor: Spark rewrite", spark_floor))  # last: it is not compared
             prints = []
             for name, run in order:
@@ -177,8 +183,8 @@ def main() -> int:
                 if round_number:
                     times[name].append(elapsed)
                 shutil.rmtree(copy)
-            if prints[0] != prints[1]:  # (the floor's copy is not an upsert: not compared)
-                raise SystemExit(f"the two sides left different tables in round {round_number}")
+            if len(set(map(repr, prints))) != 1:  # (the floor's copy is not an upsert)
+                raise SystemExit(f"the sides left different tables in round {round_number}")
 
         print(f"\n{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
         print(f"{'':26} {'median':>8}  runs (s)  (files rewritten)")

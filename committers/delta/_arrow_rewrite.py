@@ -91,7 +91,8 @@ def rewrite_groups(
     """Rewrite each group as one file under ``directory`` (relative to the table root), in
     Spark tasks each rewriting whole groups; the staged files, one per group that keeps a row
     (none is written for a group without rows), in no order. ``row_filter`` (run in the
-    tasks) keeps the rows it returns of each batch read; errors name ``operation``.
+    tasks, on up to a row group of rows at a time) keeps the rows it returns; errors name
+    ``operation``.
 
     Raises:
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files

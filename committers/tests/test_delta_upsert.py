@@ -550,6 +550,25 @@ def test_a_file_that_vanishes_before_python_tasks_rewrite_it_fails_the_batch_cle
     assert not list(Path(uri).glob("batch-*/*.parquet"))  # the new rows' file deleted too
 
 
+@KEPT_BY
+def test_a_new_row_breaking_a_check_constraint_fails_the_batch_while_files_are_rewritten(
+    spark, tmp_path, staging
+) -> None:
+    """A CHECK constraint added by delta-rs: the new row's task fails while the touched file's
+    kept rows are being rewritten (alongside, by Python tasks, or in the same Spark job)."""
+    uri = _four_files(tmp_path)
+    DeltaTable(uri).alter.add_constraint({"named": "name <> 'forbidden'"})
+    version = DeltaTable(uri).version()
+    with pytest.raises(ConstraintViolationError, match="named"):
+        _upsert(uri, staging=staging).write(
+            _changes(spark, [(15, "changed", 1, "U"), (100, "forbidden", 1, "I")])
+        )
+    assert DeltaTable(uri).version() == version
+    assert _table_rows(uri, ["id", "name"]) == [(i, f"n{i}") for i in range(40)]
+    _assert_clean(uri)
+    assert not list(Path(uri).glob("batch-*/*.parquet"))
+
+
 # -- who rewrites the kept rows does not change the table --------------------------------------
 
 
