@@ -793,8 +793,6 @@ class UpsertStager:
     ) -> StagedRewrite:
         from pyspark.sql import functions as F
 
-        from framework.spark._plan import apply_input_plan
-
         keys, changes, upserts = batch
         live, actions = self._live_files(table)
         candidates = [f for f in live if keys.may_hold(f)] if changes else []
@@ -829,18 +827,6 @@ class UpsertStager:
         if not touched and not upserts:  # nothing to write: a commit of the txn alone
             metrics.update(numTargetFilesAdded=0, numTargetRowsCopied=0)
             return StagedRewrite([], rewrite=dataclasses.replace(rewrite, metrics=metrics))
-        written = list(self._upsert.written)
-        rows_per_file = (
-            self._options.target_file_size / self._bytes_per_row
-            if self._bytes_per_row
-            else NEW_TABLE_ROWS_PER_FILE
-        )
-        new_rows = apply_input_plan(
-            latest.where(~F.col(_DELETE))
-            .select(*[F.col(quote(c)) for c in written])
-            .coalesce(max(1, math.ceil(upserts / rows_per_file))),  # files of about the target
-            self._plan.input_plan,
-        )
         stager = SparkParquetStager(
             self._location, self._plan.layout, self._options, self._bytes_per_row
         )
@@ -848,17 +834,19 @@ class UpsertStager:
         if touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
             kept = self._kept_rows(session, touched, actions, batch_keys(*key_names))
-            staged, rows = stager.stage(new_rows.union(kept), epoch)
+            staged, rows = stager.stage(self._new_rows(latest, upserts).union(kept), epoch)
         elif drop is None:  # no file touched: the new rows only
-            staged, rows = stager.stage(new_rows, epoch)
-        else:  # new rows by Spark, alongside the touched files' kept rows by Python tasks
+            staged, rows = stager.stage(self._new_rows(latest, upserts), epoch)
+        else:  # the touched files' kept rows by Python tasks, alongside the new rows by Spark
             assert table is not None and actions is not None
             kept_directory = f"{run_directory(epoch)}-kept"
             stager.write_manifest(epoch, also_owned=(kept_directory,))
             with _in_parallel(
                 lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
-            ) as kept_files:
-                staged, rows = stager.write(new_rows, epoch) if upserts else ([], 0)
+            ) as kept_files:  # (the new rows are planned while the tasks run)
+                staged, rows = ([], 0)
+                if upserts:
+                    staged, rows = stager.write(self._new_rows(latest, upserts), epoch)
             staged += kept_files()
             rows += sum(f.num_records for f in kept_files())
         matched_rows = sum(matched.values())
@@ -874,6 +862,25 @@ class UpsertStager:
             metrics["numTargetRowsCopied"] = copied
         metrics["numTargetFilesAdded"] = len(staged)
         return StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
+
+    def _new_rows(self, latest: DataFrame, upserts: int) -> DataFrame:
+        """The latest changes that are not deletes, through the table's rules, in partitions
+        of about ``target_file_size`` (judged by the table's bytes per row)."""
+        from pyspark.sql import functions as F
+
+        from framework.spark._plan import apply_input_plan
+
+        rows_per_file = (
+            self._options.target_file_size / self._bytes_per_row
+            if self._bytes_per_row
+            else NEW_TABLE_ROWS_PER_FILE
+        )
+        return apply_input_plan(
+            latest.where(~F.col(_DELETE))
+            .select(*[F.col(quote(c)) for c in self._upsert.written])
+            .coalesce(max(1, math.ceil(upserts / rows_per_file))),
+            self._plan.input_plan,
+        )
 
     def _file_column(self, session: SparkSession, scan: DataFrame) -> Any:
         """The decoded path of each scanned row's file (as compaction spells it: a URI's path,
