@@ -130,7 +130,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             ``mapInArrow`` tasks, through fsspec; ``"auto"`` (default): ``"spark"`` where
             Spark's Hadoop file system can write the table's URI (a local path always,
             another scheme if its Hadoop FileSystem class loads) and the table does not use
-            column mapping, ``"arrow"`` otherwise. Both give the same guarantees.
+            column mapping, ``"arrow"`` otherwise. Both give the same guarantees. With
+            ``mode="upsert"``: Spark writes the new rows, and with ``"auto"`` Python tasks
+            rewrite the touched files' kept rows (``"spark"``: Spark does, ``"arrow"`` is
+            refused).
         user_metadata: text recorded in the commitInfo of every commit (delta-spark's
             ``userMetadata`` writer option), shown by ``DeltaTable.history()`` and
             ``DESCRIBE HISTORY``; ``write(df, user_metadata=...)`` and
@@ -139,7 +142,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             only) replaces, in the same single transaction, every row the table holds, or
             with ``replace_where`` only its matching partitions; ``"upsert"`` applies each
             batch as changes by ``keys`` (insert, update, or delete with ``delete_when``),
-            rewriting the files that hold the keys in Spark, one transaction per batch (see
+            rewriting the files that hold the keys in Spark tasks, one transaction per batch (see
             ``_upsert.py`` and docs/delta.md#upserts).
         replace_where: with ``mode="overwrite"``, a Spark SQL predicate on partition columns
             (e.g. ``"day = '2026-11-21'"``; see ``_replace_where.py`` for what it accepts).
