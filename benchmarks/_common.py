@@ -53,3 +53,32 @@ def median(values) -> float:
 def machine() -> str:
     python = platform.python_version()
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {python}"
+
+
+#: Ratios are printed only when the 1-minute load average was at most this when the run began:
+#: a loaded machine flatters the side with more threads.
+QUIET_LOAD = 0.5
+
+
+def print_sides(
+    times: dict[str, list[float]], notes: dict[str, str], notes_header: str, load_before: float
+) -> None:
+    """The machine and the load before the run, then each side's median and runs, with its
+    note."""
+    width = max(map(len, times)) + 2
+    print(f"\n{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
+    print(f"{'':{width}} {'median':>8}  runs (s)  ({notes_header})")
+    for name, values in times.items():
+        runs = ", ".join(f"{v:.2f}" for v in values)
+        print(f"{name:{width}} {median(values):7.2f}s  {runs}  ({notes[name]})")
+
+
+def quiet_enough(load_before: float, force: bool) -> bool:
+    """Whether ratios may be printed (a quiet start, or ``--force``); says why not if not."""
+    if load_before <= QUIET_LOAD or force:
+        return True
+    print(
+        f"\nload average {load_before:.2f} > {QUIET_LOAD}: ratio not printed (a loaded "
+        "machine distorts it); rerun on a quiet machine, or pass --force"
+    )
+    return False

@@ -32,14 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine, median, rows_df, spark_session
+from _common import median, print_sides, quiet_enough, rows_df, spark_session
 from deltalake import DeltaTable
 
 from committers.delta import DeltaSink
 from framework import TwoPhaseSink
 from framework.spark._files import parquet_files
 
-QUIET_LOAD = 0.5
 PARTITIONS = 10
 TARGET = 128 * 1024 * 1024
 
@@ -143,16 +142,9 @@ def main() -> int:
                     times[name].append(elapsed)
                 shutil.rmtree(copy)
 
-        print(f"\n{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
-        print(f"{'':28} {'median':>8}  runs (s)  (files after: before {before})")
-        for name, values in times.items():
-            runs = ", ".join(f"{v:.2f}" for v in values)
-            print(f"{name:28} {median(values):7.2f}s  {runs}  ({added[name]} files)")
-        if load_before > QUIET_LOAD and not force:
-            print(
-                f"\nload average {load_before:.2f} > {QUIET_LOAD}: ratio not printed (a loaded "
-                "machine distorts it); rerun on a quiet machine, or pass --force"
-            )
+        notes = {name: f"{n} files" for name, n in added.items()}
+        print_sides(times, notes, f"files after: before {before}", load_before)
+        if not quiet_enough(load_before, force):
             return 0
         ratio = median(times["delta-rs optimize.compact"]) / median(
             times["ours (DeltaSink.compact)"]

@@ -42,13 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from _common import machine, median, rows_df, spark_session
+from _common import median, print_sides, quiet_enough, rows_df, spark_session
 from deltalake import DeltaTable
 
 from committers.delta import DeltaSink
 from framework import TwoPhaseSink
 
-QUIET_LOAD = 0.5
 UPDATE_SHARE, UPDATED_FILES_SHARE = 0.8, 0.05
 SEED = 11
 
@@ -186,16 +185,9 @@ def main() -> int:
             if len(set(map(repr, prints))) != 1:  # (the floor's copy is not an upsert)
                 raise SystemExit(f"the sides left different tables in round {round_number}")
 
-        print(f"\n{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
-        print(f"{'':26} {'median':>8}  runs (s)  (files rewritten)")
-        for name, values in times.items():
-            runs = ", ".join(f"{v:.2f}" for v in values)
-            print(f"{name:26} {median(values):7.2f}s  {runs}  ({removed[name]})")
-        if load_before > QUIET_LOAD and not force:
-            print(
-                f"\nload average {load_before:.2f} > {QUIET_LOAD}: ratio not printed (a loaded "
-                "machine distorts it); rerun on a quiet machine, or pass --force"
-            )
+        notes = {name: str(n) for name, n in removed.items()}
+        print_sides(times, notes, "files rewritten", load_before)
+        if not quiet_enough(load_before, force):
             return 0
         ratio = median(times["delta-rs merge"]) / median(times["ours (DeltaSink upsert)"])
         print(f"\nratio delta-rs time / our time: {ratio:.2f}")

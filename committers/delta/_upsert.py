@@ -650,7 +650,11 @@ class UpsertStager:
             if not self._upsert.sequence:
                 raise ConstraintViolationError(_repeated_key_message(self._upsert.keys, repeated))
         latest = self._deduplicated(df, checked).persist()
-        return (*self._batch_keys(latest), latest)
+        try:
+            return (*self._batch_keys(latest), latest)
+        except BaseException:  # (the caller unpersists only what it was given)
+            latest.unpersist()
+            raise
 
     def _deduplicated(self, df: DataFrame, checked: DataFrame) -> DataFrame:
         """One change per key of ``checked`` (see the module docstring); a repeated key fails

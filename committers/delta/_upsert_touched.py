@@ -83,15 +83,11 @@ def driver_matches(
     """
     if len(candidates) > DRIVER_MAX_FILES or sum(c.size for c in candidates) > DRIVER_MAX_BYTES:
         return None
-    names = [f"__sparksink_key_{i}__" for i in range(len(keys))]
-    try:
-        wanted = pa.table(
-            [_exact(batch.column(i), k.type) for i, k in enumerate(keys)]
-            + [batch.column(len(keys))],
-            names=[*names, _DELETE],
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    typed = _typed_keys(keys, batch)
+    if typed is None:
         return None
+    names = typed.column_names
+    wanted = typed.append_column(_DELETE, batch.column(len(keys)))
     filesystem = location.filesystem()
 
     def read(index: int) -> pa.Table | None:
@@ -133,8 +129,7 @@ class KeysToDrop:
 
     def __call__(self, rows: pa.Table) -> pa.Table:
         if len(self.names) == 1:
-            wanted = self.keys.column(0).combine_chunks()
-            named = pc.is_in(rows.column(self.names[0]), value_set=wanted)
+            named = pc.is_in(rows.column(self.names[0]), value_set=self.keys.column(0))
         else:
             positions = pa.array(np.arange(rows.num_rows, dtype=np.int64))
             probe = pa.table(
@@ -150,12 +145,18 @@ def keys_to_drop(keys: Sequence[KeyColumn], batch: pa.Table) -> KeysToDrop | Non
     """The filter dropping the rows whose key is one of ``batch``'s (one column per key, in
     ``keys``' order; more columns are ignored); ``None`` when a key's values do not cast
     exactly to the table's type (Spark's join coerces them its own way)."""
-    names = [f"__sparksink_key_{i}__" for i in range(len(keys))]
+    typed = _typed_keys(keys, batch)
+    return None if typed is None else KeysToDrop(tuple(k.name for k in keys), typed)
+
+
+def _typed_keys(keys: Sequence[KeyColumn], batch: pa.Table) -> pa.Table | None:
+    """``batch``'s first ``len(keys)`` columns cast exactly to the keys' types, named by
+    position; ``None`` when a value does not cast exactly."""
     try:
         columns = [_exact(batch.column(i), k.type) for i, k in enumerate(keys)]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
-    return KeysToDrop(tuple(k.name for k in keys), pa.table(columns, names=names))
+    return pa.table(columns, names=[f"__sparksink_key_{i}__" for i in range(len(keys))])
 
 
 def _keys_of(
