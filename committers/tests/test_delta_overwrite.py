@@ -31,6 +31,7 @@ from framework.errors import (
     ConfigurationError,
     ConstraintViolationError,
     SchemaMismatchError,
+    StagingError,
 )
 
 # -- the predicate on its own (no Spark) -------------------------------------------------------
@@ -648,3 +649,75 @@ def test_a_concurrent_append_of_matching_rows_is_read_again_once_then_fails(
     assert table.version() == before + 2  # the two late appends, nothing of the overwrite
     assert 20 not in {r["id"] for r in read_rows(uri)}
     assert data_files_on_disk(uri) <= files_ever_added(uri) and staging_leftovers(uri) == []
+
+
+@pytest.mark.parametrize(
+    ("configuration", "problem"),
+    [
+        ({"delta.enableChangeDataFeed": "true"}, "the change data feed is enabled"),
+        ({"delta.appendOnly": "true"}, "it is append-only"),
+        ({"delta.enableDeletionVectors": "true"}, "it uses deletion vectors"),
+    ],
+)
+def test_tables_whose_rows_a_rewrite_would_break_are_refused_for_data_predicates(
+    spark, tmp_path, configuration, problem
+) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(
+        uri,
+        pa.table({"id": [1, 2], "is_even": [False, True], "s": ["a", "b"]}, schema=EVEN),
+        configuration=configuration,
+    )
+    sink = TwoPhaseSink(DeltaSink(uri, mode="overwrite", replace_where="is_even = true"))
+    with pytest.raises(UnsupportedTableFeatureError, match=problem):
+        sink.write(_even_rows(spark, [4]))
+    assert DeltaTable(uri).version() == 0
+    assert data_files_on_disk(uri) == committed_files(uri) and staging_leftovers(uri) == []
+
+
+@pytest.mark.parametrize("staging", ["auto", "spark"])
+def test_a_file_to_rewrite_that_is_gone_fails_the_overwrite_with_nothing_committed(
+    spark, tmp_path, staging
+) -> None:
+    """A file that may hold matching rows cannot be read (deleted by a VACUUM with too
+    short a retention, say): the overwrite fails, nothing committed, nothing left staged."""
+    uri, files = _even_table(tmp_path)
+    (Path(uri) / files["mixed"]).unlink()
+    before = DeltaTable(uri).version()
+    sink = DeltaSink(uri, mode="overwrite", replace_where="is_even = true", staging=staging)
+    with pytest.raises(StagingError, match=r"the overwrite .*(could not read|failed while)"):
+        TwoPhaseSink(sink).write(_even_rows(spark, [10]))
+    assert DeltaTable(uri).version() == before
+    assert data_files_on_disk(uri) == committed_files(uri) - {files["mixed"]}
+    assert staging_leftovers(uri) == []
+
+
+def test_a_file_spark_would_read_as_a_pattern_is_refused_under_spark_staging(
+    spark, tmp_path
+) -> None:
+    """Hadoop expands ``[...]`` in the paths Spark reads: under ``staging="spark"`` such a
+    file to rewrite is refused (nothing committed); Python tasks read it by its name."""
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": [1], "is_even": [False], "s": ["a"]}, schema=EVEN))
+    odd = Path(uri) / "f[1].parquet"
+    pq.write_table(pa.table({"id": [2, 3], "is_even": [True, False], "s": ["b", "c"]}), odd)
+    add = {
+        "path": "f%5B1%5D.parquet",
+        "partitionValues": {},
+        "size": odd.stat().st_size,
+        "modificationTime": 0,
+        "dataChange": True,
+        "stats": json.dumps({"numRecords": 2}),
+    }
+    (Path(uri) / "_delta_log" / f"{1:020d}.json").write_text(
+        json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps({"add": add}) + "\n",
+        encoding="utf-8",
+    )
+    spark_sink = DeltaSink(uri, mode="overwrite", replace_where="is_even", staging="spark")
+    with pytest.raises(UnsupportedTableFeatureError, match="as a pattern"):
+        TwoPhaseSink(spark_sink).write(_even_rows(spark, [10]))
+    assert DeltaTable(uri).version() == 1 and staging_leftovers(uri) == []
+    TwoPhaseSink(DeltaSink(uri, mode="overwrite", replace_where="is_even")).write(
+        _even_rows(spark, [10])
+    )
+    _expect_even(uri, [(1, False, "a"), (3, False, "c"), (10, True, "new10")])
