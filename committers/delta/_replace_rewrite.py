@@ -89,6 +89,19 @@ class _Candidate:
 
 
 @dataclass(frozen=True)
+class _Job:
+    """One rewrite: of ``candidates`` of the table at ``location`` (planned as ``plan``),
+    without the rows ``where`` matches, into ``epoch``'s run directory."""
+
+    location: TableLocation
+    plan: WritePlan
+    where: ReplaceWhere
+    candidates: list[_Candidate]
+    options: WriterOptions
+    epoch: Epoch
+
+
+@dataclass(frozen=True)
 class _KeepUnmatched:
     """The row filter of the rewrite: keeps the rows for which ``where`` is not TRUE."""
 
@@ -144,17 +157,14 @@ def replace_rows(
     # The kept rows have the table's columns now (a merge's new columns come later, as null).
     table_plan = plan_write(shape, shape.arrow_schema(), "strict", location.uri)
     rewrite_epoch = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-rewrite{attempt}")
+    job = _Job(location, table_plan, bound, candidates, options, rewrite_epoch)
     if staging == "spark" and session is not None:
-        staged, counts = _with_spark(
-            session, location, table_plan, bound, candidates, options, rewrite_epoch
-        )
+        staged, counts = _with_spark(session, job)
     else:
         snapshot = Snapshot(
             location, read_version, shape, reader_features(table)[1], table.schema().to_json()
         )
-        staged, counts = _with_arrow(
-            session, snapshot, table_plan, bound, candidates, options, rewrite_epoch
-        )
+        staged, counts = _with_arrow(session, snapshot, job)
     return staged, _rewrite(location.uri, read_version, candidates, counts)
 
 
@@ -238,24 +248,21 @@ def _rewrite(
 
 
 def _with_arrow(
-    session: SparkSession | None,
-    snapshot: Snapshot,
-    plan: WritePlan,
-    where: ReplaceWhere,
-    candidates: list[_Candidate],
-    options: WriterOptions,
-    epoch: Epoch,
+    session: SparkSession | None, snapshot: Snapshot, job: _Job
 ) -> tuple[list[StagedFile], dict[int, tuple[int, int]]]:
     """Each candidate rewritten by pyarrow without its matching rows: in Spark tasks, or in
     this process without ``session``. The files of the candidates that had matching rows,
     and (rows read, rows matched) per candidate."""
-    location = snapshot.location
-    directory = run_directory(epoch)
-    write_manifest(location, spark_manifest_path(epoch), [], directories=[directory])
+    location = job.location
+    directory = run_directory(job.epoch)
+    write_manifest(location, spark_manifest_path(job.epoch), [], directories=[directory])
+    keep = _KeepUnmatched(job.where)
     rewriter = GroupRewriter(
-        snapshot, plan.layout, options, directory, "the overwrite", _KeepUnmatched(where)
+        snapshot, job.plan.layout, job.options, directory, "the overwrite", keep
     )
-    groups = [file_group(i, c.path, c.size, dict(c.partition)) for i, c in enumerate(candidates)]
+    groups = [
+        file_group(i, c.path, c.size, dict(c.partition)) for i, c in enumerate(job.candidates)
+    ]
     work = _RewriteFile(rewriter)
     if session is None:
         with ThreadPoolExecutor(min(_LOCAL_THREADS, len(groups))) as pool:
@@ -274,13 +281,7 @@ def _with_arrow(
 
 
 def _with_spark(
-    session: SparkSession,
-    location: TableLocation,
-    plan: WritePlan,
-    where: ReplaceWhere,
-    candidates: list[_Candidate],
-    options: WriterOptions,
-    epoch: Epoch,
+    session: SparkSession, job: _Job
 ) -> tuple[list[StagedFile], dict[int, tuple[int, int]]]:
     """Spark counts each candidate's rows and matching rows (one job), then writes the kept
     rows of those with both kinds (another job, Spark's Parquet writer).
@@ -295,7 +296,8 @@ def _with_spark(
 
     from framework.spark._plan import apply_input_plan
 
-    globbed = [c.path for c in candidates if _GLOB_CHARACTERS & set(c.path)]
+    location, plan = job.location, job.plan
+    globbed = [c.path for c in job.candidates if _GLOB_CHARACTERS & set(c.path)]
     if globbed:
         raise UnsupportedTableFeatureError(
             f"the overwrite of {location.uri} with staging='spark' cannot read {globbed[0]!r}: "
@@ -304,7 +306,7 @@ def _with_spark(
         )
     failure = f"the overwrite of {location.uri} failed while Spark rewrote its files"
     with rewriting(session, failure):
-        scan, keys = _scan(session, location, plan, where, candidates, range(len(candidates)))
+        scan, keys = _scan(session, job, range(len(job.candidates)))
         counted = scan.groupBy(_FILE).agg(
             F.count(F.lit(1)).alias("rows"), F.count_if(F.col(_MATCHED)).alias("matched")
         )
@@ -319,14 +321,15 @@ def _with_spark(
         touched = [i for i, (rows, matched) in counts.items() if 0 < matched < rows]
         if not touched:
             return [], counts
-        kept, _ = _scan(session, location, plan, where, candidates, touched)
+        kept, _ = _scan(session, job, touched)
         names = [f.name for f in plan.shape.schema.fields]
         identity = tuple(PlannedColumn(name=n, expression=quote(n)) for n in names)
         shaped = apply_input_plan(
             kept.where(~F.col(_MATCHED)).select(*[F.col(quote(n)) for n in names]),
             InputPlan(columns=identity, checks=(), output=plan.input_plan.output),
         )
-        staged, rows = SparkParquetStager(location, plan.layout, options).stage(shaped, epoch)
+        stager = SparkParquetStager(location, plan.layout, job.options)
+        staged, rows = stager.stage(shaped, job.epoch)
     expected = sum(counts[i][0] - counts[i][1] for i in touched)
     if rows != expected:
         raise StagingError(
@@ -338,12 +341,7 @@ def _with_spark(
 
 
 def _scan(
-    session: SparkSession,
-    location: TableLocation,
-    plan: WritePlan,
-    where: ReplaceWhere,
-    candidates: list[_Candidate],
-    chosen: Sequence[int],
+    session: SparkSession, job: _Job, chosen: Sequence[int]
 ) -> tuple[DataFrame, dict[str, int]]:
     """The rows of the ``chosen`` candidates: the table's columns (partition values from the
     log), ``_FILE`` (the decoded path Spark read) and ``_MATCHED`` (``where`` is TRUE); and
@@ -353,7 +351,8 @@ def _scan(
     from committers.delta._compact import _read_schema, _root_path  # (imports the committer)
     from framework.spark._files import parquet_files
 
-    root = spark_uri(location.uri.rstrip("/"))
+    plan, candidates = job.plan, job.candidates
+    root = spark_uri(job.location.uri.rstrip("/"))
     root_path = _root_path(session, root)
     files = [candidates[i] for i in chosen]
     scan = parquet_files(
@@ -379,4 +378,5 @@ def _scan(
         )
         # Broadcast: Spark cannot size a local relation and would sort every row by file.
         rows = rows.join(F.broadcast(session.createDataFrame(values)), on=_FILE)
-    return rows.withColumn(_MATCHED, F.expr(f"coalesce(({where.sql()}), false)")), keys
+    matched = F.expr(f"coalesce(({job.where.sql()}), false)")
+    return rows.withColumn(_MATCHED, matched), keys
