@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -25,7 +29,9 @@ from committers.tests._delta_helpers import (
     staging_leftovers,
 )
 from committers.tests._readers import duckdb_rows
+from committers.tests._replace_driver import overwrite_evens
 from framework import TwoPhaseSink
+from framework._crash import CRASH_VARIABLE
 from framework.errors import (
     CommitConflictError,
     ConfigurationError,
@@ -189,6 +195,8 @@ def test_spark_and_pyarrow_evaluate_the_predicate_alike(spark, text) -> None:
 
 
 # -- on Spark ----------------------------------------------------------------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(spark, ids, day):
@@ -721,3 +729,36 @@ def test_a_file_spark_would_read_as_a_pattern_is_refused_under_spark_staging(
         _even_rows(spark, [10])
     )
     _expect_even(uri, [(1, False, "a"), (3, False, "c"), (10, True, "new10")])
+
+
+def test_a_driver_killed_between_the_rewrite_and_the_commit_overwrites_once_on_rerun(
+    spark, tmp_path
+) -> None:
+    """The driver is SIGKILLed (its whole process group) right as it commits, after the
+    matching files were rewritten: the re-run of the same epoch commits the overwrite once
+    (or finds it committed, if the kill came after the commit landed), with exactly the
+    expected rows and no staged or rewritten file left behind."""
+    uri, _ = _even_table(tmp_path)
+    before = DeltaTable(uri).version()
+    out = tmp_path / "driver.out"
+    with out.open("w") as stdout_file:
+        process = subprocess.run(
+            [sys.executable, "-m", "committers.tests._replace_driver", uri],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), CRASH_VARIABLE: "commit_write@1"},
+            stdout=stdout_file,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # the crash kills its own process group, not pytest's
+            timeout=600,
+            check=False,
+        )
+    assert process.returncode == -signal.SIGKILL
+    assert "CRASH AT commit_write epoch=1" in out.read_text()
+    landed = DeltaTable(uri).version() == before + 1
+    if not landed:
+        assert staging_leftovers(uri)  # the manifests of the new rows and of the rewrite
+    metrics = overwrite_evens(spark, uri)
+    assert metrics.status == ("skipped" if landed else "committed")
+    assert DeltaTable(uri).version() == before + 1
+    _expect_even(uri, [*OLD_ROWS_KEPT, (10, True, "new10"), (12, True, "new12")])
+    assert data_files_on_disk(uri) <= files_ever_added(uri) and staging_leftovers(uri) == []
