@@ -456,9 +456,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     ) -> tuple[list[tuple[str, dict[str, Any]]], int]:
         """The live files of ``table``'s snapshot the overwrite removes, each as the path a
         ``RemoveAction`` takes and its row of ``get_add_actions(flatten=True)``: those whose
-        partition values make
-        ``replace_where`` TRUE, and those ``rewrite`` replaced; and the rows they delete, as
-        far as the log counts them.
+        partition values make ``replace_where`` TRUE, and those ``rewrite`` replaced; and the
+        rows they delete, as far as the log counts them.
 
         Raises:
             _StaleRewrite: a live file that may hold matching rows was not read by ``rewrite``
@@ -493,8 +492,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 f"{len(unread)} files that may hold rows it replaces were added by another "
                 f"commit after version {since} (e.g. {unread[:3]}), so they were not read."
             )
-        paths = [removal_path(f["path"]) for f in removed]
-        for f, path in zip(removed, paths, strict=True):
+        removals = []
+        for f in removed:
+            path = removal_path(f["path"])
             if path is None:
                 raise UnsupportedTableFeatureError(
                     f"cannot overwrite {self._location.uri} where {where.text}: "
@@ -502,29 +502,30 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                     "write in a remove action, so the file would stay. Nothing was "
                     "committed; rewrite the partition with the tool that wrote it."
                 )
-        return [(path or "", f) for path, f in zip(paths, removed, strict=True)], deleted
+            removals.append((path, f))
+        return removals, deleted
 
     def _overwrite_filters(
         self, table: DeltaTable, removed: list[tuple[str, dict[str, Any]]]
-    ) -> list[tuple[str, str, list[str]]] | None:
+    ) -> list[tuple[str, str, str | list[str]]] | None:
         """delta-rs partition filters (one conjunction: what its overwrite takes) under which
         its overwrite removes exactly ``removed`` from ``table``'s snapshot (``[]``: every
-        file, no filter), or ``None`` when none does: nothing removed, part of a partition (or
-        of an unpartitioned table) kept, a NULL partition value, or delta-rs selecting other
-        files than these."""
+        file, no filter; empty ``in`` lists: none), or ``None`` when none does: part of a
+        partition kept, part of an unpartitioned table (or none of it) removed, or delta-rs
+        selecting other files than these (its ``= ''`` matches a NULL partition value logged
+        as null, not one logged as ``""``; its ``in`` matches no NULL)."""
         partition_by = list(self._plan.shape.partition_by)
-        if not removed:
-            return None
         if not partition_by:
-            return [] if len(removed) == len(table.file_uris()) else None
+            return [] if removed and len(removed) == len(table.file_uris()) else None
         values: dict[str, set[str]] = {c: set() for c in partition_by}
         for _, f in removed:
             for c in partition_by:
                 value = serialize_partition_value(f.get(f"partition.{c}"))
-                if value is None:
-                    return None  # delta-rs does not match NULL partition values exactly
-                values[c].add(value)
-        filters = [(c, "in", sorted(values[c])) for c in partition_by]
+                values[c].add("" if value is None else value)  # delta-rs's NULL, verified
+        filters: list[tuple[str, str, str | list[str]]] = [
+            (c, "=", next(iter(values[c]))) if len(values[c]) == 1 else (c, "in", sorted(values[c]))
+            for c in partition_by
+        ]
         with warnings.catch_warnings():  # (partition_filters is what its overwrite takes)
             warnings.simplefilter("ignore", DeprecationWarning)
             selected = table.file_uris(partition_filters=filters)

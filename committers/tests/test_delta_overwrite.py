@@ -268,11 +268,30 @@ def test_replace_where_on_the_null_partition_and_a_new_table(spark, tmp_path) ->
     sink = DeltaSink(uri, app_id="nulls", mode="overwrite", replace_where="day IS NULL")
     TwoPhaseSink(sink).write(_rows(spark, [40], None), epoch_id=1)
     _expect(uri, [(1, "d1"), (2, "d1"), (3, "d2"), (5, "d2"), (40, None)])
+    info = next(a["commitInfo"] for a in _last_commit(uri) if "commitInfo" in a)
+    assert info["operationParameters"]["mode"] == "Overwrite"
+    assert [a["remove"]["path"] for a in _last_commit(uri) if "remove" in a] == [
+        p for p in files_ever_added(uri) if p.startswith("day=__HIVE_DEFAULT_PARTITION__/")
+    ]
 
     fresh = str(tmp_path / "fresh")
     new = DeltaSink(fresh, partition_by=["day"], mode="overwrite", replace_where="day = 'd9'")
     TwoPhaseSink(new).write(_rows(spark, [1, 2], "d9"))
     _expect(fresh, [(1, "d9"), (2, "d9")])
+
+
+def test_a_partition_predicate_matching_no_file_only_adds_and_is_recorded_as_overwrite(
+    spark, tmp_path
+) -> None:
+    uri = _table(tmp_path)
+    sink = DeltaSink(uri, mode="overwrite", replace_where="day = 'd7'")
+    TwoPhaseSink(sink).write(_rows(spark, [70], "d7"))
+    _expect(uri, [(1, "d1"), (2, "d1"), (3, "d2"), (4, None), (5, "d2"), (70, "d7")])
+    actions = _last_commit(uri)
+    assert not [a for a in actions if "remove" in a]
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["operationParameters"]["mode"] == "Overwrite"
+    assert info["operationParameters"]["predicate"] == "day = 'd7'"
 
 
 def test_a_row_outside_replace_where_fails_the_write_with_nothing_committed(
