@@ -64,6 +64,7 @@ from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     ConcurrentWriterError,
+    DestinationError,
     EpochRegressionError,
 )
 from framework.sink import Epoch, GlobalCommitter
@@ -439,6 +440,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         removes: list[AddAction | RemoveAction] = [
             RemoveAction(path, True, now, f["size_bytes"]) for path, f in removed
         ]
+        read_version = table.version()
         table.create_write_transaction(
             adds if filters is not None else [*removes, *adds],
             mode="append" if filters is None else "overwrite",
@@ -450,6 +452,35 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             ),
             post_commithook_properties=_POST_COMMIT,
         )
+        if filters is not None:  # (retries=0: it is the next version, or it raised)
+            self._check_removed(read_version + 1, {unquote(f["path"]) for _, f in removed})
+
+    def _check_removed(self, version: int, intended: set[str]) -> None:
+        """The commit at ``version``, whose removes delta-rs's overwrite derived from its
+        partition filters, removed exactly the ``intended`` files (decoded paths): the
+        filters were checked against delta-rs's file selection beforehand, through another
+        of its functions, so this confirms that both select alike.
+
+        Raises:
+            DestinationError: they differ; the commit stands (a removed file is still on
+                storage, so its rows can be added back), the message names the files.
+        """
+        path = self._location.path(f"_delta_log/{version:020d}.json")
+        try:
+            with self._location.filesystem().open(path, "rb") as handle:
+                actions = [json.loads(line) for line in handle.read().splitlines() if line]
+        except (OSError, ValueError) as err:  # the commit stands either way: no verdict
+            log.warning("could not read back version %s of %s: %s", version, path, err)
+            return
+        removed = {unquote(a["remove"]["path"]) for a in actions if "remove" in a}
+        if removed != intended:
+            raise DestinationError(
+                f"the overwrite committed version {version} of {self._location.uri}, and "
+                "delta-rs's overwrite removed other files than the replace_where selects: "
+                f"also {sorted(removed - intended)[:5]}, not {sorted(intended - removed)[:5]}. "
+                "The commit stands and removed files stay on storage; add back the rows of "
+                "those removed wrongly (read them with versionAsOf) and report this."
+            )
 
     def _files_replaced(
         self, table: DeltaTable, rewrite: Rewrite | None

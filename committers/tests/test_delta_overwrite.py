@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.delta import DeltaGlobalCommitter, DeltaSink, UnsupportedTableFeatureError
 from committers.delta._replace_where import FileClassifier, ReplaceWhere
 from committers.delta._rules import TableShape
 from committers.tests._delta_helpers import (
@@ -36,6 +36,7 @@ from framework.errors import (
     CommitConflictError,
     ConfigurationError,
     ConstraintViolationError,
+    DestinationError,
     SchemaMismatchError,
     StagingError,
 )
@@ -292,6 +293,28 @@ def test_a_partition_predicate_matching_no_file_only_adds_and_is_recorded_as_ove
     info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
     assert info["operationParameters"]["mode"] == "Overwrite"
     assert info["operationParameters"]["predicate"] == "day = 'd7'"
+
+
+def test_an_overwrite_removing_other_files_than_selected_is_reported(
+    spark, tmp_path, monkeypatch
+) -> None:
+    """The removes of an overwrite recorded as mode Overwrite are derived by delta-rs from
+    partition filters; were they to select more than the replace_where (simulated with a
+    filter that also names d2), the write fails loudly, naming the file, instead of losing
+    its rows silently; they can be read back from the previous version."""
+    uri = _table(tmp_path)
+    d2_files = sorted(f for f in committed_files(uri) if f.startswith("day=d2/"))
+
+    def too_wide(self, table, removed):  # type: ignore[no-untyped-def]
+        return [("day", "in", ["d1", "d2"])]
+
+    monkeypatch.setattr(DeltaGlobalCommitter, "_overwrite_filters", too_wide)
+    sink = TwoPhaseSink(DeltaSink(uri, mode="overwrite", replace_where="day = 'd1'"))
+    with pytest.raises(DestinationError, match="removed other files") as caught:
+        sink.write(_rows(spark, [10], "d1"))
+    assert d2_files[0] in str(caught.value)
+    before = DeltaTable(uri, version=DeltaTable(uri).version() - 1).to_pyarrow_table()
+    assert sorted(before.column("id").to_pylist()) == [1, 2, 3, 4, 5]
 
 
 def test_a_row_outside_replace_where_fails_the_write_with_nothing_committed(
