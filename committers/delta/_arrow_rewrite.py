@@ -24,31 +24,42 @@ killed rewrite's files are found and deleted exactly as those of Spark's writer.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
 from committers.delta._committable import StagedFile
 from committers.delta._options import WriterOptions
 from committers.delta._rules import FileLayout
-from committers.delta._schema import partition_dir
+from committers.delta._schema import partition_dir, serialize_partition_value
 from committers.delta._snapshot import Snapshot
-from committers.delta._source import DeltaFileReader
+from committers.delta._source import DeltaFileReader, spell_partition_value
 from committers.delta._stats import FileStatsCollector
 from committers.delta._writer import parquet_writer
-from framework.errors import StagingError
+from framework.errors import SinkError, StagingError
 from framework.source import FileSplit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["GroupToRewrite", "RowFilter", "rewrite_groups"]
+__all__ = [
+    "GroupRewriter",
+    "GroupToRewrite",
+    "RowFilter",
+    "file_group",
+    "in_tasks",
+    "rewrite_groups",
+    "rewriting",
+]
+
+T = TypeVar("T")
 
 #: Bytes of input files per Spark task, beyond one task per core. A PySpark task costs some
 #: 25 ms of its own (measured in local[2]), so small groups share tasks; large compactions
@@ -77,6 +88,17 @@ class GroupToRewrite:
         return sum(size for _, size in self.files)
 
 
+def file_group(index: int, path: str, size: int, partition: Mapping[str, Any]) -> GroupToRewrite:
+    """The group of one live file, its typed ``partition`` values spelled for the log and for
+    the reader (so a row filter sees the partition columns)."""
+    return GroupToRewrite(
+        index=index,
+        files=((path, size),),
+        partition_values=tuple((c, serialize_partition_value(v)) for c, v in partition.items()),
+        read_values=tuple((c, spell_partition_value(v)) for c, v in partition.items()),
+    )
+
+
 def rewrite_groups(
     spark: SparkSession,
     snapshot: Snapshot,
@@ -98,14 +120,50 @@ def rewrite_groups(
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files
             already written stay under ``directory`` for the caller's clean-up.
     """
+    rewrite = GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
+    return [f for f in in_tasks(spark, groups, rewrite) if f is not None]
+
+
+def in_tasks(
+    spark: SparkSession, groups: list[GroupToRewrite], work: Callable[[GroupToRewrite], T]
+) -> list[T]:
+    """``work`` (picklable) applied to every group in Spark tasks, each task taking whole
+    groups of about equal bytes (one task per core, more for large rewrites: see
+    :data:`TASK_BYTES`); the results, in no order.
+
+    Raises:
+        Exception: the Spark job's error.
+    """
     if not groups:
         return []
-    rewrite = _GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
     total = sum(g.size for g in groups)
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = _pack(groups, max(cores, math.ceil(total / TASK_BYTES)))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    return rdd.flatMap(lambda task: [f for g in task if (f := rewrite(g)) is not None]).collect()
+    return rdd.flatMap(lambda task: [work(g) for g in task]).collect()
+
+
+@contextlib.contextmanager
+def rewriting(spark: SparkSession, failure: str) -> Iterator[None]:
+    """Run the body's Spark jobs in a job group; on failure, wait for its tasks to stop (no
+    late file may follow the clean-up) and raise the sink's error: a ``SinkError`` a task
+    raised, or a ``StagingError`` starting with ``failure``."""
+    from framework.spark._errors import translate_task_error
+    from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
+
+    probe = spark.range(0)
+    group: str | None = None
+    try:
+        with staging_job_group(probe) as group:
+            yield
+    except BaseException as err:
+        wait_for_tasks_to_end(probe, group)
+        if isinstance(err, (SinkError, KeyboardInterrupt, SystemExit)):
+            raise
+        translated = translate_task_error(err)
+        if translated is not err:
+            raise translated from err
+        raise StagingError(f"{failure}: {err}") from err
 
 
 def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]]:
@@ -119,8 +177,9 @@ def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]
     return tasks
 
 
-class _GroupRewriter:
-    """The task's work (pickled to the Python workers)."""
+class GroupRewriter:
+    """Rewrites one group as one file (see the module docstring); pickles to the Python
+    workers. Calling it gives the staged file, or ``None`` when no row is kept."""
 
     def __init__(
         self,
@@ -139,10 +198,16 @@ class _GroupRewriter:
         self._row_filter = row_filter
 
     def __call__(self, group: GroupToRewrite) -> StagedFile | None:
-        tables = self._row_groups(group)
+        return self.rewrite(group)[0]
+
+    def rewrite(self, group: GroupToRewrite) -> tuple[StagedFile | None, int]:
+        """The staged file (``None`` when no row is kept) and the rows read from the group's
+        files, before the row filter."""
+        read = [0]
+        tables = self._row_groups(group, read)
         first = next(tables, None)
         if first is None:  # empty files only, or every row filtered out
-            return None
+            return None, read[0]
         location = self._snapshot.location
         schema = self._layout.file_schema
         values = dict(group.partition_values)
@@ -165,7 +230,7 @@ class _GroupRewriter:
         except OSError as err:
             raise StagingError(f"{self._operation} could not write {relative!r}: {err}") from err
         metadata = writer.writer.metadata
-        return StagedFile(
+        staged = StagedFile(
             path=relative,
             size=size,
             partition_values=values,
@@ -173,19 +238,21 @@ class _GroupRewriter:
             stats=stats.to_json(metadata),
             modification_time=int(time.time() * 1000),
         )
+        return staged, read[0]
 
-    def _row_groups(self, group: GroupToRewrite) -> Iterator[pa.Table]:
+    def _row_groups(self, group: GroupToRewrite, read: list[int]) -> Iterator[pa.Table]:
         """The group's rows (those the filter keeps) as tables of the file schema, each up to
-        one row group; no empty table."""
-        read = DeltaFileReader(self._snapshot)
+        one row group; no empty table. ``read[0]`` counts the rows read."""
+        reader = DeltaFileReader(self._snapshot)
         values = dict(group.read_values)
         pending: list[pa.RecordBatch] = []
         rows = size = 0
         for path, file_size in group.files:
             try:
                 split = FileSplit(path=path, size_bytes=file_size, partition_values=values)
-                for batch in read(split):
+                for batch in reader(split):
                     pending.append(batch)
+                    read[0] += batch.num_rows
                     rows += batch.num_rows
                     size += batch.nbytes
                     # Small files make small batches: buffered up to one row group.

@@ -146,13 +146,16 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             ``write_stream(..., user_metadata=...)`` override it.
         mode: ``"append"`` (default) adds the rows; ``"overwrite"`` (bounded ``write(df)``
             only) replaces, in the same single transaction, every row the table holds, or
-            with ``replace_where`` only its matching partitions; ``"upsert"`` applies each
+            with ``replace_where`` only the rows it matches; ``"upsert"`` applies each
             batch as changes by ``keys`` (insert, update, or delete with ``delete_when``),
             rewriting the files that hold the keys in Spark tasks, one transaction per batch (see
             ``_upsert.py`` and docs/delta.md#upserts).
-        replace_where: with ``mode="overwrite"``, a Spark SQL predicate on partition columns
-            (e.g. ``"day = '2026-11-21'"``; see ``_replace_where.py`` for what it accepts).
-            Every written row must satisfy it, else the write fails with nothing committed.
+        replace_where: with ``mode="overwrite"``, a predicate on the table's columns (e.g.
+            ``"day = '2026-11-21'"``, ``"is_even = true"``; see ``_replace_where.py`` for what
+            it accepts): the rows it holds TRUE for are replaced by the written rows, which
+            must all satisfy it, else the write fails with nothing committed. On data columns
+            the files holding matching rows are rewritten without them, before the commit
+            (Python tasks with pyarrow; Spark's reader and writer with ``staging="spark"``).
         keys: with ``mode="upsert"`` (required there): the columns that identify a row.
         sequence_by: with ``mode="upsert"``: the column (or columns, compared left to right)
             ordering the changes of one key: the highest of a batch wins, and it applies only
@@ -462,6 +465,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             user_metadata=self.user_metadata,
             replace_where=self.replace_where if self.mode == "overwrite" else None,
             overwrite=self.mode == "overwrite",
+            rewrite_options=self.options,
+            staging=self.staging,
         )
 
     def committable_serializer(self) -> StagedFileSerializer:
