@@ -27,6 +27,7 @@ from deltalake.transaction import AddAction
 
 from committers.delta import DeltaSink, read_table
 from committers.delta._format import spark_schema
+from committers.delta._read_table import _file_path_spelling, _java_uri_path
 from committers.delta._snapshot import SnapshotSpec, open_snapshot
 from committers.delta._storage import TableLocation
 from committers.tests._readers import duckdb_rows
@@ -300,3 +301,14 @@ def test_a_file_copied_out_of_place_is_still_read_with_its_own_values(spark, tmp
     assert _ids(df, "p = 'a'") == [1, 1]
     assert _ids(df, "p = 'b'") == []
     assert _ids(df, "p IS NULL") == [2]
+
+
+def test_file_paths_are_spelled_as_spark_spells_them(spark):
+    """The join key of a file: the table root's spelling (asked of Hadoop) and the relative
+    path quoted as java.net.URI quotes it, for characters it quotes and characters it keeps."""
+    characters = " %#?[]{}^`|\\\"<>é中😀\u00a0\u2028\u0085\u0007+=:@;,$&'!~*()_-."
+    root = "/tmp/a root%"
+    for ch in characters:
+        relative = f"p=a{ch}b/part{ch}.parquet"
+        spelled = _file_path_spelling(spark, root) + "/" + _java_uri_path(relative)
+        assert spelled == _file_path_spelling(spark, f"{root}/{relative}"), repr(ch)
