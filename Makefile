@@ -44,17 +44,20 @@ bench: dev-venv
 	$(PY) benchmarks/async_congestion.py
 
 # The crash-point campaign (docs/reliability.md): SEED picks the kill plan, CYCLES the killed runs,
-# STAGING auto|spark|arrow|mixed; S3_FAULTS=0.1 puts the table on a local S3 server behind the
-# fault proxy at that rate.
+# STAGING auto|spark|arrow|mixed, SOURCE json|delta (JSON files, or a Delta table read by the
+# "deltalake" format); S3_FAULTS=0.1 puts the table on a local S3 server behind the fault proxy
+# at that rate.
 SEED ?= 1
 CYCLES ?= 40
 STAGING ?= auto
+SOURCE ?= json
 S3_FAULTS ?=
-CAMPAIGN := build/campaign-$(SEED)-$(STAGING)$(if $(S3_FAULTS),-s3)
+CAMPAIGN := build/campaign-$(SEED)-$(STAGING)-$(SOURCE)$(if $(S3_FAULTS),-s3)
 campaign: dev-venv
 	rm -rf $(CAMPAIGN)
 	$(PY) -m committers.tests._campaign --seed $(SEED) --cycles $(CYCLES) --staging $(STAGING) \
-		$(if $(S3_FAULTS),--s3-faults $(S3_FAULTS)) --workdir $(CAMPAIGN) --json $(CAMPAIGN).json
+		--source $(SOURCE) $(if $(S3_FAULTS),--s3-faults $(S3_FAULTS)) --workdir $(CAMPAIGN) \
+		--json $(CAMPAIGN).json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

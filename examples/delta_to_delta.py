@@ -11,11 +11,14 @@ Run with `python examples/delta_to_delta.py`. What it shows:
          .writeStream.format("deltalake").option("checkpointLocation", ...).start(paid)
    The source's offsets are (table version, file index); each micro-batch is one Delta commit
    of `paid` carrying txn(query id, batch id).
-3. Run 1 copies what is there. More orders arrive, and the source table is compacted by
-   delta-rs (a commit that only rewrites files: nothing new to read). Run 2 runs as a process
-   of its own and is SIGKILLed, driver, JVM and Python workers at once, after it staged a
-   batch and before its commit (`SPARKSINK_CRASH_AT=before_commit@<batch>`). Run 3 restarts
-   from the same checkpoint and finishes.
+3. Run 1 runs as a process of its own and is SIGKILLed, driver, JVM and Python workers at
+   once, right after Spark wrote the offsets of its first batch to the checkpoint, before
+   anything is committed (`SPARKSINK_CRASH_AT=offsets_written`). More orders arrive, and the
+   source table is compacted by delta-rs (a commit that only rewrites files: nothing new to
+   read). Run 2, again a process of its own, replays the first batch (it must read the files
+   that batch's offsets name, not the table's newer snapshot), goes on and is SIGKILLed after
+   it staged a later batch and before its commit (`SPARKSINK_CRASH_AT=before_commit@<batch>`).
+   Run 3 restarts from the same checkpoint and finishes.
 4. `paid` is read back with delta-rs and DuckDB and must hold exactly the expected rows, each
    once.
 """
@@ -41,7 +44,7 @@ from _orders import spark_session  # noqa: E402  (the examples' shared session s
 OUT = Path(os.environ.get("DEMO_OUTPUT", REPO_ROOT / "demo-output")) / "delta_to_delta"
 ORDERS_PER_APPEND = 40
 FIRST_APPENDS, LATER_APPENDS = 2, 2
-KILLED_BATCH = 2  # run 1 commits batches 0 and 1 (two files per batch)
+KILLED_BATCH = 2  # run 2 commits batches 0 (the replay) and 1 (two files per batch)
 COLUMNS = ["order_id", "day", "amount_cents"]
 
 
@@ -105,9 +108,9 @@ def run_query(spark, source: str, target: str, checkpoint: Path) -> None:
         raise query.exception()
 
 
-def run_killed(source: str, target: str, checkpoint: Path, batch: int) -> int:
-    """Run the query as a process of its own, SIGKILLed before the commit of ``batch``;
-    returns its exit code (``-SIGKILL`` when the crash point was reached)."""
+def run_killed(source: str, target: str, checkpoint: Path, crash_at: str) -> int:
+    """Run the query as a process of its own, SIGKILLed at the crash point ``crash_at``
+    (``step`` or ``step@batch``); returns its exit code (``-SIGKILL`` when it was reached)."""
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     result = subprocess.run(
         [
@@ -118,7 +121,7 @@ def run_killed(source: str, target: str, checkpoint: Path, batch: int) -> int:
             target,
             str(checkpoint),
         ],
-        env={**os.environ, "PYTHONPATH": path, "SPARKSINK_CRASH_AT": f"before_commit@{batch}"},
+        env={**os.environ, "PYTHONPATH": path, "SPARKSINK_CRASH_AT": crash_at},
         capture_output=True,
         text=True,
         timeout=600,
@@ -133,7 +136,7 @@ def run_killed(source: str, target: str, checkpoint: Path, batch: int) -> int:
 class Outcome:
     """What the example did and found."""
 
-    killed_exit_code: int | None = None
+    killed_exit_codes: list[int] = field(default_factory=list)  # of runs 1 and 2
     expected: list[tuple[Any, ...]] = field(default_factory=list)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     duckdb_rows: list[tuple[Any, ...]] = field(default_factory=list)
@@ -171,13 +174,15 @@ def run(spark, workdir: Path) -> Outcome:
     outcome = Outcome(expected=expected_rows(appends))
     for append in range(FIRST_APPENDS):
         append_orders(source, append)
-    print(f"\n== run 1: copy {source} into {target}")
-    run_query(spark, source, target, checkpoint)
+    print(f"\n== run 1: copy {source} into {target}, killed once offsets/0 is written")
+    outcome.killed_exit_codes.append(run_killed(source, target, checkpoint, "offsets_written"))
     for append in range(FIRST_APPENDS, appends):
         append_orders(source, append)
     DeltaTable(source).optimize.compact()  # rewrites files only: the stream reads nothing new
     print(f"== run 2: its own process, killed before the commit of batch {KILLED_BATCH}")
-    outcome.killed_exit_code = run_killed(source, target, checkpoint, KILLED_BATCH)
+    outcome.killed_exit_codes.append(
+        run_killed(source, target, checkpoint, f"before_commit@{KILLED_BATCH}")
+    )
     print("== run 3: restarted from the same checkpoint")
     run_query(spark, source, target, checkpoint)
     table = DeltaTable(target)
@@ -192,8 +197,10 @@ def run(spark, workdir: Path) -> Outcome:
 
 
 def report(outcome: Outcome) -> bool:
-    killed = outcome.killed_exit_code == -signal.SIGKILL
-    print(f"   run 2: {'killed before its commit' if killed else outcome.killed_exit_code}")
+    killed = outcome.killed_exit_codes == [-signal.SIGKILL] * 2
+    planned = ("once offsets/0 was written", "before its commit")
+    for run, (code, where) in enumerate(zip(outcome.killed_exit_codes, planned, strict=False), 1):
+        print(f"   run {run}: {f'killed {where}' if code == -signal.SIGKILL else code}")
     print("\n== result (read back with delta-rs and DuckDB)")
     print(f"   rows expected:        {len(outcome.expected)}")
     print(f"   rows (delta-rs):      {len(outcome.rows)}")
@@ -205,7 +212,7 @@ def report(outcome: Outcome) -> bool:
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["--driver"]:  # run 2: the process that is killed
+    if sys.argv[1:2] == ["--driver"]:  # runs 1 and 2: the processes that are killed
         from framework._crash import DRIVER_GROUP_VARIABLE
 
         os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))  # a worker's crash kills us all

@@ -5,13 +5,15 @@ this process (a driver, or a Python worker it started) reaches that step, the wh
 group (the Python driver, its JVM and its workers) is killed with SIGKILL, the way a machine
 loss ends a driver. ``SPARKSINK_CRASH_AT=<step>@<epoch>`` kills only at that epoch.
 
-Steps of the protocol, in order: ``replay_check``, ``staging``, ``before_commit``,
-``commit_write``, ``after_commit``, ``clean_up`` and ``schema_merge`` (between a schema-merge
-commit and the data commit). ``commit_write`` and the driver side of ``staging`` kill from a
-timer a few milliseconds later, so the kill lands while the commit file is being written or
-while tasks stage. A line ``CRASH AT <step> epoch=<id>`` is printed on stdout first, and
-appended to the file ``SPARKSINK_CRASH_LOG`` names, if set (a Python worker's stdout may not
-reach anyone before the kill).
+Steps of the protocol, in order: ``offsets_written`` (a stream source of this framework plans
+the files of a micro-batch whose offsets Spark has just written to the checkpoint; it has no
+epoch: the first batch a run plans, e.g. ``offsets/0`` of a new query), ``replay_check``,
+``staging``, ``before_commit``, ``commit_write``, ``after_commit``, ``clean_up`` and
+``schema_merge`` (between a schema-merge commit and the data commit). ``commit_write`` and the
+driver side of ``staging`` kill from a timer a few milliseconds later, so the kill lands while
+the commit file is being written or while tasks stage. A line ``CRASH AT <step> epoch=<id>``
+is printed on stdout first, and appended to the file ``SPARKSINK_CRASH_LOG`` names, if set (a
+Python worker's stdout may not reach anyone before the kill).
 
 ``SPARKSINK_PAUSE_AT`` takes the same values and stops the process group with SIGSTOP
 instead (a driver frozen by a long GC pause or a suspended VM, which later resumes: a zombie);
@@ -44,6 +46,7 @@ PAUSE_VARIABLE = "SPARKSINK_PAUSE_AT"
 DRIVER_GROUP_VARIABLE = "SPARKSINK_CRASH_PGID"
 LOG_VARIABLE = "SPARKSINK_CRASH_LOG"
 CRASH_STEPS = (
+    "offsets_written",
     "replay_check",
     "staging",
     "before_commit",

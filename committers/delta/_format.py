@@ -17,8 +17,14 @@ Options (names as delta-spark spells them, case-insensitive):
 ``filterPushdown``  ``true``: prune partitions and skip files with the filters Spark pushes
                     (default ``false``; read the caveat below)
 
-Every other option is a storage option of the table location (``AWS_ENDPOINT_URL``, ...; see
-``_storage.py``). A later change adds the writer methods to :class:`DeltaDataSource`.
+Streaming reads (``spark.readStream``) take ``startingVersion``, ``startingTimestamp``,
+``maxFilesPerTrigger``, ``maxBytesPerTrigger`` and ``skipChangeCommits`` instead of the
+snapshot and pushdown options (see ``_stream.py``). Every other option is a storage option of
+the table location (``AWS_ENDPOINT_URL``, ...; see ``_storage.py``). delta-spark's read
+options this format does not support (``ignoreChanges``, ``readChangeFeed``, ...) are refused by
+name, with what to use instead. Spark resolves the schema (and with it the options) at
+``load()`` without saying whether the read is a stream, so an unknown option's error lists the
+options of both kinds of read.
 
 Filter pushdown is off by default because of a Spark 4.1/4.2 defect: Spark keeps the plan of
 the last query whose filters it pushed to a Python data source, on the DataFrame returned by
@@ -31,7 +37,9 @@ other one Spark evaluates again on the rows read.
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -75,6 +83,7 @@ __all__ = [
     "PruningDeltaScanReader",
     "ReadOptions",
     "StreamOptions",
+    "parse_byte_string",
     "parse_options",
     "parse_stream_options",
     "spark_schema",
@@ -86,10 +95,47 @@ READ_OPTIONS = ("path", "versionAsOf", "timestampAsOf", "maxSplitBytes", "filter
 #: The options only a streaming read takes.
 STREAM_OPTIONS = (
     "startingVersion",
-    "skipChangeCommits",
+    "startingTimestamp",
     "maxFilesPerTrigger",
     "maxBytesPerTrigger",
+    "skipChangeCommits",
 )
+#: The options only a batch read takes.
+_BATCH_ONLY = ("versionAsOf", "timestampAsOf", "filterPushdown")
+_USE_SKIP_CHANGE_COMMITS = (
+    "use skipChangeCommits=true, which skips every commit that removes data (its added files "
+    "too), as delta-spark recommends; without it such a commit stops the stream"
+)
+_CHANGE_FEED = (
+    "this source reads the rows commits append, not Delta's change data feed (no _change_type "
+    "column, no update pre-images): read the table without it, or read the change data feed "
+    "with delta-spark"
+)
+_SCHEMA_TRACKING = (
+    "this source does not track schema changes: a column dropped, renamed or retyped stops "
+    "the stream, and a new query (new checkpoint) with a startingVersion after the change "
+    "goes on"
+)
+#: delta-spark read options this format refuses by name, and what to use instead.
+UNSUPPORTED_DELTA_OPTIONS = {
+    "ignoreChanges": "it re-emits every row of a rewritten file, duplicates included; "
+    + _USE_SKIP_CHANGE_COMMITS,
+    "ignoreDeletes": _USE_SKIP_CHANGE_COMMITS,
+    "ignoreFileDeletion": _USE_SKIP_CHANGE_COMMITS,
+    "readChangeFeed": _CHANGE_FEED,
+    "readChangeData": _CHANGE_FEED,
+    "endingVersion": _CHANGE_FEED,
+    "endingTimestamp": _CHANGE_FEED,
+    "failOnDataLoss": "a commit removed by log cleanup before the stream read it always stops "
+    "the stream (its rows cannot be read); start a new query from a new checkpoint",
+    "excludeRegex": "every appended file is read; filter the rows instead",
+    "withEventTimeOrder": "files are read in commit order",
+    "schemaTrackingLocation": _SCHEMA_TRACKING,
+    "schemaLocation": _SCHEMA_TRACKING,
+    "allowSourceColumnRename": _SCHEMA_TRACKING,
+    "allowSourceColumnDrop": _SCHEMA_TRACKING,
+    "allowSourceColumnTypeChange": _SCHEMA_TRACKING,
+}
 #: Files per micro-batch unless ``maxFilesPerTrigger`` says otherwise (delta-spark's default).
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 _TRUE = frozenset({"true", "1", "yes"})
@@ -133,6 +179,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             neither a read option nor a storage option of the location's scheme.
     """
     given = {str(k).lower(): v for k, v in options.items()}
+    _refuse_unsupported(given)
     for name in STREAM_OPTIONS:
         given.pop(name.lower(), None)  # validated by parse_stream_options
     path = given.pop("path", None)
@@ -155,11 +202,39 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     try:
         location = TableLocation.of(path, given)
     except ConfigurationError as err:
-        raise ConfigurationError(
-            f"{err}. The {FORMAT_NAME} format's own options are {', '.join(READ_OPTIONS)}; "
-            "every other option is a storage option of the table."
-        ) from err
+        raise ConfigurationError(f"{err}.{_suggestion(options)} {_OPTIONS_HELP}") from err
     return ReadOptions(location, spec, config, filter_pushdown=pushdown in _TRUE)
+
+
+_OPTIONS_HELP = (
+    f"Streaming reads of the {FORMAT_NAME} format take the options "
+    f"{', '.join(STREAM_OPTIONS)} and maxSplitBytes; batch reads take "
+    f"{', '.join(_BATCH_ONLY)} and maxSplitBytes; every other option is a storage option "
+    "of the table."
+)
+
+
+def _refuse_unsupported(given: Mapping[str, object]) -> None:
+    """delta-spark's read options this format does not support, refused by name."""
+    for name, instead in UNSUPPORTED_DELTA_OPTIONS.items():
+        if name.lower() in given:
+            raise ConfigurationError(
+                f"option {name} is a delta-spark streaming read option that the {FORMAT_NAME} "
+                f"format does not support: {instead}. {_OPTIONS_HELP}"
+            )
+
+
+def _suggestion(options: Mapping[str, object]) -> str:
+    """`` Did you mean 'x'?`` for a given name close to one of the format's options."""
+    known = {name.lower(): name for name in (*READ_OPTIONS, *STREAM_OPTIONS)}
+    for raw in options:
+        name = str(raw)
+        if name.lower() in known:
+            continue
+        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.8)
+        if close:
+            return f" Did you mean {known[close[0]]!r} (not {name!r})?"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -185,28 +260,61 @@ def _flag(name: str, raw: object) -> bool:
     return text in _TRUE
 
 
-def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
-    """The options of ``spark.readStream.format("deltalake")`` beyond those of a batch read.
+_BYTE_STRING = re.compile(r"([0-9]+)([a-z]*)")
+_BYTE_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    **{
+        suffix: 1024**power
+        for power, unit in enumerate("kmgtp", 1)
+        for suffix in (unit, unit + "b")
+    },
+}
+
+
+def parse_byte_string(name: str, raw: object) -> int:
+    """A positive size as Spark's ``JavaUtils.byteStringAsBytes`` reads it (what delta-spark
+    reads ``maxBytesPerTrigger`` with): digits, then ``b``, ``k``/``kb``, ``m``/``mb``,
+    ``g``/``gb``, ``t``/``tb`` or ``p``/``pb`` (powers of 1024), bytes without a unit.
 
     Raises:
-        ConfigurationError: a malformed value, or an option that names a snapshot
-            (``versionAsOf``, ``timestampAsOf``) or filter pushdown, which a stream has not.
+        ConfigurationError: anything else (fractions, negative or zero sizes, other units).
+    """
+    text = str(raw).strip().lower()
+    match = _BYTE_STRING.fullmatch(text)
+    if match is None or match.group(2) not in _BYTE_UNITS or int(match.group(1)) < 1:
+        raise ConfigurationError(
+            f"option {name} must be a positive size such as '10m', '1g', '512k' or a number "
+            f"of bytes (units b, k, m, g, t, p: powers of 1024), got {raw!r}"
+        )
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2)]
+
+
+def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
+    """The options of ``spark.readStream.format("deltalake")`` beyond those of a batch read.
+    As in delta-spark, ``maxFilesPerTrigger`` defaults to 1000 unless ``maxBytesPerTrigger``
+    is given alone.
+
+    Raises:
+        ConfigurationError: a malformed value, ``startingVersion`` with
+            ``startingTimestamp``, or an option that names a snapshot (``versionAsOf``,
+            ``timestampAsOf``) or filter pushdown, which a stream has not.
     """
     given = {str(k).lower(): v for k, v in options.items()}
-    for name in ("versionAsOf", "timestampAsOf", "filterPushdown"):
+    for name in _BATCH_ONLY:
         if name.lower() in given:
             raise ConfigurationError(
                 f"option {name} is for batch reads; a stream reads every version from where it "
-                "starts (use startingVersion)"
+                "starts (use startingVersion or startingTimestamp)"
             )
-    max_files = DEFAULT_MAX_FILES_PER_TRIGGER
-    if "maxfilespertrigger" in given:
-        max_files = _positive_int("maxFilesPerTrigger", given["maxfilespertrigger"])
     max_bytes = None
     if "maxbytespertrigger" in given:
-        max_bytes = _positive_int("maxBytesPerTrigger", given["maxbytespertrigger"])
+        max_bytes = parse_byte_string("maxBytesPerTrigger", given["maxbytespertrigger"])
+    max_files = None if max_bytes is not None else DEFAULT_MAX_FILES_PER_TRIGGER
+    if "maxfilespertrigger" in given:
+        max_files = _positive_int("maxFilesPerTrigger", given["maxfilespertrigger"])
     return StreamOptions(
-        start=StreamStart.of(given.get("startingversion")),
+        start=StreamStart.of(given.get("startingversion"), given.get("startingtimestamp")),
         skip_change_commits=_flag("skipChangeCommits", given.get("skipchangecommits", "false")),
         limit=AdmissionLimit(max_files=max_files, max_bytes=max_bytes),
     )
@@ -279,9 +387,8 @@ class DeltaDataSource(DataSource):
     def schema(self) -> StructType:
         """Resolve the snapshot (pinned for the rest of the read) and return its schema."""
         options = parse_options(self.options)
-        table, snapshot = open_snapshot(options.location, options.snapshot)
+        _table, snapshot = open_snapshot(options.location, options.snapshot)
         self._scan = DeltaScan(snapshot, config=options.config)
-        self._table_id = str(table.metadata().id)
         self._pushdown = options.filter_pushdown
         return spark_schema(snapshot)
 
@@ -298,7 +405,7 @@ class DeltaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> FileStreamReader:
         """A stream of the files the table's commits append (see ``_stream.py``), read with
-        the schema of the version the query (re)starts at."""
+        the schema the stream was defined with; where it starts is fixed when it starts."""
         scan: DeltaScan | None = getattr(self, "_scan", None)
         if scan is None:
             raise ConfigurationError(
@@ -308,7 +415,6 @@ class DeltaDataSource(DataSource):
         stream = parse_stream_options(self.options)
         tail = DeltaLogTail(
             scan.snapshot,
-            self._table_id,
             stream.start,
             skip_change_commits=stream.skip_change_commits,
             config=scan.config,

@@ -10,6 +10,7 @@ every table whose reader features this reader would get wrong.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,8 +36,11 @@ __all__ = [
     "SnapshotSpec",
     "check_readable",
     "commit_times",
+    "first_version_at_or_after",
     "open_snapshot",
     "parse_timestamp",
+    "protocol_reader_features",
+    "uses_in_commit_timestamps",
 ]
 
 # Features implied by a legacy reader version (3 lists them explicitly).
@@ -67,17 +71,19 @@ _REFUSED_READER_FEATURES = {
 }
 
 _ICT_KEY = "delta.enableInCommitTimestamps"
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MILLISECOND = dt.timedelta(milliseconds=1)
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\..+)?\.(parquet|json)$")
 _ISO_FRACTION = re.compile(r"\.(\d{1,6})(?=[+-]\d\d:\d\d$|$)")
 
 
-def parse_timestamp(text: str) -> dt.datetime:
+def parse_timestamp(text: str, option: str = "timestampAsOf") -> dt.datetime:
     """An ISO timestamp (``2026-11-21``, ``2026-11-21 10:00:00``, ``...T10:00:00.5Z``,
     ``...+01:00``) as an aware datetime; without an offset it is UTC.
 
     Raises:
-        ConfigurationError: the text is not such a timestamp.
+        ConfigurationError: the text is not such a timestamp (the message names ``option``).
     """
     raw = text.strip()
     normalized = raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw
@@ -87,7 +93,7 @@ def parse_timestamp(text: str) -> dt.datetime:
         parsed = dt.datetime.fromisoformat(normalized)
     except ValueError:
         raise ConfigurationError(
-            f"timestampAsOf must be an ISO timestamp such as '2026-11-21 10:00:00', "
+            f"{option} must be an ISO timestamp such as '2026-11-21 10:00:00', "
             f"'2026-11-21T10:00:00Z' or '2026-11-21', got {text!r}"
         ) from None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.timezone.utc)
@@ -169,10 +175,19 @@ def reader_features(table: DeltaTable) -> tuple[int, frozenset[str]]:
     implied by the version number before)."""
     protocol = table.protocol()
     version = int(protocol.min_reader_version)
-    if version >= 3:
-        return version, frozenset(protocol.reader_features or ())
-    implied = [f for v, names in _LEGACY_READER_FEATURES.items() if version >= v for f in names]
-    return version, frozenset(implied)
+    return version, protocol_reader_features(version, protocol.reader_features)
+
+
+def protocol_reader_features(
+    min_reader_version: int, listed: Iterable[str] | None
+) -> frozenset[str]:
+    """The reader features a protocol enables: ``listed`` on reader version 3, the ones the
+    version number implies before."""
+    if min_reader_version >= 3:
+        return frozenset(listed or ())
+    return frozenset(
+        f for v, names in _LEGACY_READER_FEATURES.items() if min_reader_version >= v for f in names
+    )
 
 
 def check_readable(uri: str, reader_version: int, features: Iterable[str]) -> None:
@@ -337,6 +352,34 @@ def _version_at(location: TableLocation, when: dt.datetime, log: _LogListing) ->
     return max(v for v, t in available.items() if t <= wanted + 0.0005)
 
 
+def first_version_at_or_after(location: TableLocation, when: dt.datetime, option: str) -> int:
+    """The first version committed at or after ``when`` (commit times as for
+    ``timestampAsOf``, to the millisecond), as delta-spark resolves ``startingTimestamp``: the
+    earliest commit still in the log when ``when`` is before it. (A table with in-commit
+    timestamps is the caller's to refuse, as :func:`open_snapshot` does.)
+
+    Raises:
+        NotATableError: the location holds no Delta table.
+        ConfigurationError: ``when`` is after the latest commit (the version it names does not
+            exist yet).
+    """
+    log = _list_log(location)
+    if log.latest is None or not log.commits:
+        raise _not_a_table(location)
+    # Milliseconds, truncated, as delta-spark compares them (Hadoop's modification times).
+    wanted_ms = (when - _EPOCH_UTC) // _MILLISECOND
+    at_or_after = [v for v, t in sorted(log.commits.items()) if math.floor(t * 1000) >= wanted_ms]
+    if not at_or_after:
+        last = max(log.commits)
+        raise ConfigurationError(
+            f"{option}={when.isoformat()} is after the latest version ({last}) of "
+            f"{location.uri}, committed at {_utc(log.commits[last])}: no version is committed at "
+            f"or after it yet. Use a timestamp at or before that, or startingVersion='latest' "
+            "to read only the commits made after the query starts."
+        )
+    return at_or_after[0]
+
+
 def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTable, Snapshot]:
     """Open the version of the table ``spec`` names, after checking that it can be read.
 
@@ -385,8 +428,12 @@ def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTab
 
 
 def _in_commit_timestamps(table: DeltaTable) -> bool:
-    value = table.metadata().configuration.get(_ICT_KEY, "false")
-    return str(value).strip().lower() == "true"
+    return uses_in_commit_timestamps(table.metadata().configuration)
+
+
+def uses_in_commit_timestamps(configuration: Mapping[str, str | None]) -> bool:
+    """Whether a table's configuration turns in-commit timestamps on."""
+    return str(configuration.get(_ICT_KEY, "false")).strip().lower() == "true"
 
 
 def _check_types(uri: str, shape: TableShape) -> None:

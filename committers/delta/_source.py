@@ -66,11 +66,14 @@ class DataFile:
         size_bytes: the file's size.
         partition_values: partition column -> typed value (None for null), as delta-rs
             parses the log's partition values.
+        modification_time: the add action's ``modificationTime`` (milliseconds since the
+            epoch): when the file was written.
     """
 
     path: str
     size_bytes: int
     partition_values: Mapping[str, Any]
+    modification_time: int = 0
 
     def uri(self, snapshot: Snapshot) -> str:
         """The file's absolute URI (an absolute path for local tables)."""
@@ -92,6 +95,7 @@ def list_data_files(
             path=unquote(action["path"]),
             size_bytes=int(action["size_bytes"]),
             partition_values={name: action.get(f"partition.{name}") for name in partition_by},
+            modification_time=int(action.get("modification_time") or 0),
         )
         for action in actions
         if pruner.keep(action)

@@ -5,19 +5,43 @@
 
     {"tableId": <metaData id>, "version": v, "index": i, "snapshot": false}
 
-meaning "the next file to read is file ``i`` of version ``v``". Without ``startingVersion`` a
-query first reads the whole snapshot of the version it started at (``"snapshot": true``, its
-files in path order), then every later commit; with ``startingVersion`` it reads the commits
-from that version on. A commit's files are its ``add`` actions with ``dataChange`` true, in the
-order the commit lists them; a version may be split over micro-batches.
+meaning "the next file to read is file ``i`` of version ``v``" (of the snapshot of version
+``v`` when ``"snapshot"`` is true). A commit's files are its ``add`` actions with
+``dataChange`` true, in the order the commit lists them; a snapshot's files are in
+delta-spark's order (by ``modificationTime``, then path); a version may be split over
+micro-batches.
 
-Commits an append-only reader cannot follow are never skipped silently:
+Where a new query starts is fixed when it starts (the first offset Spark asks for), as
+delta-spark fixes it; the table's latest version then is the *start version*:
+
+* no ``startingVersion`` / ``startingTimestamp``: the snapshot of the start version, then
+  every later commit;
+* ``startingVersion=N``: the commits from version N on; ``latest``: the commits after the start
+  version;
+* ``startingTimestamp=T``: the commits from the first one committed at or after T (commit
+  times as ``timestampAsOf`` reads them: the commit files' modification times); a T after the
+  latest commit is an error, as in delta-spark.
+
+Spark does not keep a query's initial offset: when it replays the first micro-batch after a
+crash, it asks for the initial offset again, which then names a later start. So the initial
+offset is marked (``"initial": true``), the first batch's end offset records where the batch
+began (``"from": {"version", "index", "snapshot"}``), and a batch whose start is marked is read
+from there: a replayed batch reads exactly the files its logged offsets name.
+
+The stream reads with the schema the DataFrame was defined with (``load()``), which must still
+be the table's at the start version. Commits and snapshots it crosses are followed as
+delta-spark follows them; what it cannot follow is never skipped silently:
 
 * files removed with ``dataChange`` true (DELETE, UPDATE, MERGE, overwrite): an error, or the
   whole commit is skipped with ``skipChangeCommits`` (as delta-spark does);
 * compaction (``dataChange`` false on both sides): nothing to read, passed over;
-* a schema or partitioning other than the one the query reads with: an error (restart the
-  query to read with the table's new schema);
+* a schema change: files written with a schema the read schema can read (the same columns, or
+  fewer: columns added later read as null; see ``_stream_schema.py``) are read, so an ADD
+  COLUMN before the start version is followed; a change after the start version that the
+  stream's schema cannot represent (a new column, a dropped or retyped one) or any other
+  partitioning stops the stream: restart the query to read with the new schema;
+* a protocol the reader cannot honour (a reader version or feature it does not support), at
+  any version the stream crosses: an error, before that version is read;
 * a deletion vector on an added file, a commit removed by log cleanup, a table replaced by
   another at the same path: errors.
 """
@@ -41,10 +65,15 @@ from committers.delta._snapshot import (
     Snapshot,
     SnapshotSpec,
     _list_log,
+    check_readable,
+    first_version_at_or_after,
     open_snapshot,
     parse_timestamp,
+    protocol_reader_features,
+    uses_in_commit_timestamps,
 )
 from committers.delta._source import DeltaFileReader, list_data_files, spell_partition_value
+from committers.delta._stream_schema import describe_difference, read_compatible
 from framework.errors import ConfigurationError, DestinationError, SinkError
 from framework.source import FileGroupSource, FileSourceConfig, FileSplit
 from framework.spark._stream_source import AdmissionLimit
@@ -65,25 +94,54 @@ class SourceTableChangedError(DestinationError):
 
 @dataclass(frozen=True)
 class StreamStart:
-    """Where a new query starts: ``version`` None reads the snapshot it starts at, then the
-    commits after it; an int reads the commits from that version on; ``latest`` reads only
-    commits made after the query starts."""
+    """Where a new query starts: ``version`` None (and no ``timestamp``) reads the snapshot of
+    the start version, then the commits after it; an int reads the commits from that version
+    on; ``latest`` reads only commits made after the query starts; ``timestamp`` reads the
+    commits from the first one committed at or after it."""
 
     version: int | None = None
     latest: bool = False
+    timestamp: dt.datetime | None = None
 
     @classmethod
-    def of(cls, text: object) -> StreamStart:
-        if text is None:
+    def of(cls, version: object = None, timestamp: object = None) -> StreamStart:
+        """From the options ``startingVersion`` and ``startingTimestamp`` (at most one).
+
+        Raises:
+            ConfigurationError: both are given, or one is malformed.
+        """
+        if version is not None and timestamp is not None:
+            raise ConfigurationError(
+                "give startingVersion or startingTimestamp, not both: each names where the "
+                "stream starts"
+            )
+        if timestamp is not None:
+            when = (
+                timestamp
+                if isinstance(timestamp, dt.datetime)
+                else parse_timestamp(str(timestamp), "startingTimestamp")
+            )
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=dt.timezone.utc)
+            return cls(timestamp=when)
+        if version is None:
             return cls()
-        raw = str(text).strip().lower()
+        raw = str(version).strip().lower()
         if raw == "latest":
             return cls(latest=True)
         if not raw.isdigit():
             raise ConfigurationError(
-                f"startingVersion must be a version number >= 0 or 'latest', got {text!r}"
+                f"startingVersion must be a version number >= 0 or 'latest', got {version!r}"
             )
         return cls(version=int(raw))
+
+
+@dataclass(frozen=True)
+class _Started:
+    """The table when the query started: its latest version and its id."""
+
+    version: int
+    table_id: str
 
 
 def _position(offset: Mapping[str, Any]) -> tuple[int, int, bool]:
@@ -101,9 +159,8 @@ class DeltaLogTail:
     its caches; tasks only use :meth:`source`.
 
     Args:
-        snapshot: the version the query (re)started at: its schema and layout are what the
-            stream reads with.
-        table_id: the table's ``metaData.id`` at that version.
+        snapshot: the version the stream's DataFrame was defined with (``load()``): its schema
+            and layout are what the stream reads with.
         start: where a new query starts.
         skip_change_commits: skip commits that remove data instead of failing on them.
         config: split sizing of each micro-batch.
@@ -112,14 +169,12 @@ class DeltaLogTail:
     def __init__(
         self,
         snapshot: Snapshot,
-        table_id: str,
         start: StreamStart,
         *,
         skip_change_commits: bool,
         config: FileSourceConfig,
     ) -> None:
         self._snapshot = snapshot
-        self._table_id = table_id
         self._start = start
         self._skip_change_commits = skip_change_commits
         self._config = config
@@ -132,6 +187,8 @@ class DeltaLogTail:
             for f in snapshot.shape.schema.fields
             if f.name in snapshot.shape.partition_by
         }
+        self._started: _Started | None = None
+        self._initial: dict[str, Any] | None = None
         self._reset_caches()
 
     def _reset_caches(self) -> None:
@@ -143,39 +200,96 @@ class DeltaLogTail:
         state["_units"] = OrderedDict()
         return state
 
-    # -- offsets ---------------------------------------------------------------------------
+    @property
+    def _uri(self) -> str:
+        return self._snapshot.location.uri
 
-    def _offset(self, version: int, index: int, snapshot: bool) -> dict[str, Any]:
-        return {"tableId": self._table_id, "version": version, "index": index, "snapshot": snapshot}
+    # -- the query's start -----------------------------------------------------------------
 
-    def initial_offset(self) -> dict[str, Any]:
-        latest = self._snapshot.version
+    def _at_start(self) -> _Started:
+        """The table's latest version and id when the query started (resolved on the first
+        call, which Spark makes as the query starts).
+
+        Raises:
+            SourceTableChangedError: the table's schema or partitioning is no longer the one
+                the stream's DataFrame was defined with.
+            UnsupportedTableFeatureError: the table now needs a reader feature this reader
+                cannot honour.
+        """
+        if self._started is None:
+            table, snapshot = open_snapshot(self._snapshot.location, SnapshotSpec())
+            schema = without_field_metadata(json.loads(snapshot.schema_json))
+            if (schema, snapshot.shape.partition_by) != (
+                self._schema,
+                self._snapshot.shape.partition_by,
+            ):
+                raise SourceTableChangedError(
+                    f"the schema or partitioning of {self._uri} changed between the stream's "
+                    f"definition (load(), version {self._snapshot.version}) and its start "
+                    f"(version {snapshot.version}): {describe_difference(schema, self._schema)}"
+                    ". Define the stream again (call load() again) to read with the new schema."
+                )
+            self._started = _Started(snapshot.version, str(table.metadata().id))
+        return self._started
+
+    def _initial_position(self, started: _Started) -> tuple[int, bool]:
         if self._start.latest:
-            return self._offset(latest + 1, 0, False)
+            return started.version + 1, False
+        if self._start.timestamp is not None:
+            if uses_in_commit_timestamps(dict(self._snapshot.shape.configuration)):
+                raise ConfigurationError(
+                    f"{self._uri} uses in-commit timestamps, which this reader does not use to "
+                    "resolve startingTimestamp; use startingVersion"
+                )
+            return (
+                first_version_at_or_after(
+                    self._snapshot.location, self._start.timestamp, "startingTimestamp"
+                ),
+                False,
+            )
         if self._start.version is None:
-            return self._offset(latest, 0, True)
+            return started.version, True
         wanted = self._start.version
-        uri = self._snapshot.location.uri
-        if wanted > latest:
+        if wanted > started.version:
             raise ConfigurationError(
-                f"startingVersion={wanted} does not exist in {uri}: its latest version is {latest}"
+                f"startingVersion={wanted} does not exist in {self._uri}: its latest version "
+                f"is {started.version}"
             )
         commits = _list_log(self._snapshot.location).commits
         if wanted not in commits:
             raise ConfigurationError(
-                f"startingVersion={wanted} of {uri} is no longer available: log cleanup removed "
-                f"its commit (delta.logRetentionDuration). The earliest commit still there is "
-                f"{min(commits) if commits else 'none'}."
+                f"startingVersion={wanted} of {self._uri} is no longer available: log cleanup "
+                f"removed its commit (delta.logRetentionDuration). The earliest commit still "
+                f"there is {min(commits) if commits else 'none'}."
             )
-        return self._offset(wanted, 0, False)
+        return wanted, False
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def _offset(self, version: int, index: int, snapshot: bool) -> dict[str, Any]:
+        return {
+            "tableId": self._at_start().table_id,
+            "version": version,
+            "index": index,
+            "snapshot": snapshot,
+        }
+
+    def initial_offset(self) -> dict[str, Any]:
+        """Where the query starts, the same on every call of this object; marked
+        ``"initial"`` (see the module docstring)."""
+        if self._initial is None:
+            version, snapshot = self._initial_position(self._at_start())
+            self._initial = {**self._offset(version, 0, snapshot), "initial": True}
+        return dict(self._initial)
 
     def _check_table(self, offset: Mapping[str, Any]) -> None:
         stored = offset.get("tableId")
-        if stored is not None and stored != self._table_id:
+        current = self._at_start().table_id
+        if stored is not None and stored != current:
             raise SourceTableChangedError(
-                f"the table at {self._snapshot.location.uri} is not the one this query started "
-                f"reading (table id {self._table_id}, was {stored}): it was deleted and "
-                "created again. Start the query from a new checkpoint."
+                f"the table at {self._uri} is not the one this query started reading (table "
+                f"id {current}, was {stored}): it was deleted and created again. Start the "
+                "query from a new checkpoint."
             )
 
     def discover(
@@ -191,19 +305,38 @@ class DeltaLogTail:
                 break
             while index < len(unit):
                 if stop is not None and (version, index) >= stop:
-                    return self._offset(version, index, snapshot)
+                    return self._end(start, version, index, snapshot)
                 file = unit[index]
-                if not limit.admits(files, size, file.size_bytes):
-                    return self._offset(version, index, snapshot)
+                if not limit.admits(files, size):
+                    return self._end(start, version, index, snapshot)
                 files, size, index = files + 1, size + file.size_bytes, index + 1
             version, index, snapshot = version + 1, 0, False
-        return self._offset(version, index, snapshot)
+        return self._end(start, version, index, snapshot)
+
+    def _end(
+        self, start: dict[str, Any], version: int, index: int, snapshot: bool
+    ) -> dict[str, Any]:
+        """The end offset of a micro-batch from ``start``: ``start`` itself when nothing is
+        new; after an initial offset, with the position the batch starts from."""
+        if (version, index, snapshot) == _position(start):
+            return start
+        end = self._offset(version, index, snapshot)
+        if start.get("initial"):
+            began, at, in_snapshot = _position(start)
+            end["from"] = {"version": began, "index": at, "snapshot": in_snapshot}
+        return end
 
     def latest_offset(self) -> dict[str, Any]:
         return self.discover(self.initial_offset(), AdmissionLimit(), up_to=None)
 
     def files_between(self, start: dict[str, Any], end: dict[str, Any]) -> list[FileSplit]:
+        """The files from ``start`` up to ``end``. A ``start`` marked initial is where this
+        run would start a new query; the batch began where ``end`` says (``"from"``)."""
         self._check_table(start)
+        self._check_table(end)
+        origin = end.get("from")
+        if start.get("initial") and isinstance(origin, Mapping):
+            start = {**origin, "tableId": end.get("tableId")}
         version, index, snapshot = _position(start)
         stop = _position(end)[:2]
         files: list[FileSplit] = []
@@ -211,8 +344,8 @@ class DeltaLogTail:
             unit = self._unit(version, snapshot)
             if unit is None:
                 raise SinkError(
-                    f"version {version} of {self._snapshot.location.uri} is not committed, but "
-                    f"the micro-batch's end offset {end} lies past it"
+                    f"version {version} of {self._uri} is not committed, but the micro-batch's "
+                    f"end offset {end} lies past it"
                 )
             upto = len(unit) if version < stop[0] else stop[1]
             files.extend(unit[index:upto])
@@ -248,16 +381,30 @@ class DeltaLogTail:
         return unit
 
     def _snapshot_files(self, version: int) -> list[FileSplit]:
+        """The snapshot's files in delta-spark's order: by modification time, then path.
+        Raises if the reader cannot read that version, or not with the stream's schema."""
         if version == self._snapshot.version:
             snapshot = self._snapshot
             table = DeltaTable(
-                snapshot.location.uri,
+                self._uri,
                 storage_options=snapshot.location.delta_storage_options(),
                 version=version,
             )
         else:
             table, snapshot = open_snapshot(self._snapshot.location, SnapshotSpec(version=version))
-        files = [
+            self._check_metadata(
+                f"version {version} of {self._uri}",
+                version,
+                {
+                    "id": str(table.metadata().id),
+                    "schemaString": snapshot.schema_json,
+                    "partitionColumns": list(snapshot.shape.partition_by),
+                },
+            )
+        files = sorted(
+            list_data_files(table, snapshot), key=lambda f: (f.modification_time, f.path)
+        )
+        return [
             FileSplit(
                 path=f.path,
                 size_bytes=f.size_bytes,
@@ -265,9 +412,8 @@ class DeltaLogTail:
                     name: spell_partition_value(value) for name, value in f.partition_values.items()
                 },
             )
-            for f in list_data_files(table, snapshot)
+            for f in files
         ]
-        return sorted(files, key=lambda f: f.path)
 
     def _commit_files(self, version: int) -> list[FileSplit] | None:
         location = self._snapshot.location
@@ -291,23 +437,24 @@ class DeltaLogTail:
         latest = _list_log(self._snapshot.location).latest
         if latest is not None and latest >= version:
             raise SourceTableChangedError(
-                f"version {version} of {self._snapshot.location.uri} is no longer available: "
-                "log cleanup removed its commit before this stream read it "
-                "(delta.logRetentionDuration), so its rows cannot be read. Start the query "
-                f"from a new checkpoint (startingVersion up to {latest})."
+                f"version {version} of {self._uri} is no longer available: log cleanup removed "
+                "its commit before this stream read it (delta.logRetentionDuration), so its rows "
+                f"cannot be read. Start the query from a new checkpoint (startingVersion up to "
+                f"{latest})."
             )
         self._known_next = version
 
     def _appended(self, version: int, actions: list[dict[str, Any]]) -> list[FileSplit]:
-        uri = self._snapshot.location.uri
         operation = next(
             (a["commitInfo"].get("operation") for a in actions if "commitInfo" in a), None
         )
-        what = f"version {version} of {uri}" + (f" ({operation})" if operation else "")
+        what = f"version {version} of {self._uri}" + (f" ({operation})" if operation else "")
         for action in actions:
+            if "protocol" in action:
+                self._check_protocol(what, action["protocol"])
             metadata = action.get("metaData")
             if metadata is not None:
-                self._check_metadata(what, metadata)
+                self._check_metadata(what, version, metadata)
         removes = [
             a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)
         ]
@@ -340,15 +487,56 @@ class DeltaLogTail:
             )
         return files
 
-    def _check_metadata(self, what: str, metadata: Mapping[str, Any]) -> None:
+    def _check_protocol(self, what: str, protocol: Mapping[str, Any]) -> None:
+        """A commit that changes the protocol: the reader must still honour it."""
+        reader_version = int(protocol.get("minReaderVersion", 1))
+        features = protocol_reader_features(reader_version, protocol.get("readerFeatures"))
+        try:
+            check_readable(self._uri, reader_version, features)
+        except UnsupportedTableFeatureError as err:
+            raise UnsupportedTableFeatureError(
+                f"{what} changes the table's protocol, and the stream stops before it: {err}"
+            ) from err
+
+    def _check_metadata(self, what: str, version: int, metadata: Mapping[str, Any]) -> None:
+        """Files written under ``metadata`` must be readable with the stream's schema (see
+        ``_stream_schema.py``); after the start version, a schema the stream's cannot
+        represent (a new, dropped or retyped column) stops the stream for a restart."""
+        started = self._at_start()
+        table_id = metadata.get("id")
+        if table_id is not None and table_id != started.table_id:
+            raise SourceTableChangedError(
+                f"{what} belongs to another table (id {table_id}, this stream reads "
+                f"{started.table_id}): the table was replaced. Start the query from a new "
+                "checkpoint."
+            )
         schema = without_field_metadata(json.loads(metadata.get("schemaString", "{}")))
         partition_by = tuple(metadata.get("partitionColumns") or ())
-        if schema == self._schema and partition_by == self._snapshot.shape.partition_by:
+        if partition_by != self._snapshot.shape.partition_by:
+            raise SourceTableChangedError(
+                f"{what} changes the table's partitioning from "
+                f"{list(self._snapshot.shape.partition_by)} to {list(partition_by)}; a stream "
+                f"cannot follow it. Start a new query (new checkpoint) with "
+                f"startingVersion={version}."
+            )
+        after_start = version > started.version
+        readable = read_compatible(schema, self._schema)
+        dropped = {f["name"] for f in self._schema.get("fields", ())} - {
+            f["name"] for f in schema.get("fields", ())
+        }
+        if readable and not (after_start and dropped):
             return
+        difference = describe_difference(schema, self._schema)
+        if after_start:
+            raise SourceTableChangedError(
+                f"{what} changes the table's schema after this query started: its schema has "
+                f"{difference}. Restart the query to read with the new schema (the files read "
+                "so far stay read; earlier files read added columns as null)."
+            )
         raise SourceTableChangedError(
-            f"{what} changes the table's schema or partitioning from the one this stream reads "
-            "with (the table's at the query's start). Restart the query to read with the new "
-            "schema; if a later change follows, start a new query after it."
+            f"{what} holds files written with a schema that the stream's (the table's when the "
+            f"query started) cannot read: {difference} (a column dropped, renamed or retyped "
+            f"since). Start a new query (new checkpoint) with a startingVersion after {version}."
         )
 
     def _partition_values(self, raw: Mapping[str, Any]) -> dict[str, str | None]:

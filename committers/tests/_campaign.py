@@ -5,7 +5,7 @@ restarted from its checkpoint; at the end the table is checked against its sourc
 Usage (``make campaign`` runs it)::
 
     python -m committers.tests._campaign --seed 7 --cycles 40 [--staging auto|spark|arrow|mixed]
-        [--workdir DIR] [--json REPORT.json]
+        [--source json|delta] [--workdir DIR] [--json REPORT.json]
 
 Each cycle adds source files of fresh unique ids, then runs the job with one kill planned: a
 named step (``SPARKSINK_CRASH_AT``, see ``framework._crash``) or, for ``random``, a timer in
@@ -14,6 +14,13 @@ schema and the kill falls between that metadata commit and the data commit. A fi
 without a kill creates the table; a last one drains the source. The check reads the table
 with deltalake and with DuckDB's delta extension: duplicates, lost and unexpected ids, staged
 files left after ``remove_orphan_files``, and whether it reads at all.
+
+The source is a directory of JSON files (``json``, Spark's file source) or a Delta table that
+delta-rs appends to, one commit per file, read through the ``"deltalake"`` format
+(``delta``). With a Delta source the campaign also kills at ``offsets_written`` (the source
+plans a batch whose offsets Spark just wrote): the very first run is killed there, right after
+``offsets/0``, before anything is committed, and the source is compacted while the job is down
+(then, and before a third of the cycles, seeded).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -37,6 +45,9 @@ STORAGE_OPTIONS_VARIABLE = "SPARKSINK_CAMPAIGN_STORAGE_OPTIONS"  # JSON, for the
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RANDOM = "random"
 KINDS = (*CRASH_STEPS, RANDOM)
+#: Only a source of this framework (the "deltalake" format) reaches ``offsets_written``.
+JSON_KINDS = tuple(kind for kind in KINDS if kind != "offsets_written")
+SOURCES = ("json", "delta")
 IDS_PER_FILE = 20
 RUN_TIMEOUT_SECONDS = 300
 #: The last, unkilled run drains every batch the killed runs left (their backlog grows with
@@ -52,10 +63,12 @@ class CampaignReport:
 
     seed: int
     staging: str
+    source: str = "json"  # or "delta"
     cycles: int = 0
     kills: dict[str, int] = field(default_factory=dict)  # per step: runs that really died there
     not_reached: dict[str, int] = field(default_factory=dict)  # planned kill, run ended first
     source_files: int = 0
+    source_compactions: int = 0  # of a Delta source, while the job was down
     rows_expected: int = 0
     rows_deltalake: int = 0
     rows_duckdb: int | None = None  # None: not read (DuckDB's delta extension has no S3 here)
@@ -87,28 +100,53 @@ class JobHung(RuntimeError):
 
 
 class _Source:
-    """JSON-lines files of consecutive unique ids, with ``notes`` extra columns."""
+    """Files of consecutive unique ids, with ``notes`` extra columns: JSON-lines files in a
+    directory (``kind`` json) or commits of a Delta table (``kind`` delta, one file each)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, kind: str = "json") -> None:
         self.directory = directory
+        self.kind = kind
         self.next_id = 0
         self.files = 0
         self.notes = 0
-        directory.mkdir(parents=True, exist_ok=True)
+        self.compactions = 0
+        if kind == "json":
+            directory.mkdir(parents=True, exist_ok=True)
 
-    def add_file(self) -> None:
-        ids = range(self.next_id, self.next_id + IDS_PER_FILE)
-        lines = []
-        for i in ids:
+    def _rows(self) -> list[dict[str, object]]:
+        rows = []
+        for i in range(self.next_id, self.next_id + IDS_PER_FILE):
             row: dict[str, object] = {"id": i, "day": f"d{i % 3}"}
             for n in range(1, self.notes + 1):
                 row[f"note{n}"] = f"{n}-{i}"
-            lines.append(json.dumps(row) + "\n")
-        temporary = self.directory / f".part-{self.files:05d}.tmp"
-        temporary.write_text("".join(lines))
-        temporary.rename(self.directory / f"part-{self.files:05d}.json")  # atomic for Spark
+            rows.append(row)
+        return rows
+
+    def add_file(self) -> None:
+        if self.kind == "delta":
+            import pyarrow as pa
+            from deltalake import write_deltalake
+
+            table = pa.Table.from_pylist(self._rows()).cast(
+                pa.schema(
+                    [("id", pa.int64()), ("day", pa.string())]
+                    + [(f"note{n}", pa.string()) for n in range(1, self.notes + 1)]
+                )
+            )
+            write_deltalake(str(self.directory), table, mode="append", schema_mode="merge")
+        else:
+            temporary = self.directory / f".part-{self.files:05d}.tmp"
+            temporary.write_text("".join(json.dumps(row) + "\n" for row in self._rows()))
+            temporary.rename(self.directory / f"part-{self.files:05d}.json")  # atomic for Spark
         self.next_id += IDS_PER_FILE
         self.files += 1
+
+    def compact(self) -> None:
+        """Compact a Delta source (a commit that only rewrites files)."""
+        from deltalake import DeltaTable
+
+        DeltaTable(str(self.directory)).optimize.compact()
+        self.compactions += 1
 
 
 @dataclass(frozen=True)
@@ -121,6 +159,39 @@ class _Target:
     check_options: dict[str, str] | None = None
 
 
+def start_driver(
+    module: str,
+    args: list[str],
+    *,
+    crash_log: Path,
+    crash_at: str | None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """Start ``python -m module args`` from the repository as a process group of its own (so
+    one kill takes the driver, its JVM and its workers), killed at the crash point
+    ``crash_at`` (``SPARKSINK_CRASH_AT``), which it then notes in ``crash_log`` (emptied
+    first); stdout and stderr are piped."""
+    crash_log.unlink(missing_ok=True)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        LOG_VARIABLE: str(crash_log),
+        **(env or {}),
+    }
+    environment.pop(CRASH_VARIABLE, None)
+    if crash_at is not None:
+        environment[CRASH_VARIABLE] = crash_at
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the kill takes all of it
+    )
+
+
 def _run_job(
     source: _Source,
     target: _Target,
@@ -131,34 +202,19 @@ def _run_job(
 ) -> str:
     """Run the job once; returns ``"killed"``, ``"finished"`` or raises on another failure."""
     crash_log = checkpoint.parent / "crashes.log"
-    crash_log.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO_ROOT),
-        LOG_VARIABLE: str(crash_log),
-        STORAGE_OPTIONS_VARIABLE: json.dumps(target.options or {}),
-    }
-    env.pop(CRASH_VARIABLE, None)
-    if kind is not None and kind != RANDOM:
-        env[CRASH_VARIABLE] = kind
-    command = [
-        sys.executable,
-        "-m",
+    process = start_driver(
         "committers.tests._campaign_driver",
-        str(source.directory),
-        target.uri,
-        str(checkpoint),
-        staging,
-        str(source.notes),
-    ]
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group: the kill takes all of it
+        [
+            str(source.directory),
+            target.uri,
+            str(checkpoint),
+            staging,
+            str(source.notes),
+            source.kind,
+        ],
+        crash_log=crash_log,
+        crash_at=None if kind == RANDOM else kind,
+        env={STORAGE_OPTIONS_VARIABLE: json.dumps(target.options or {})},
     )
     timeout = RUN_TIMEOUT_SECONDS
     if kind == RANDOM:
@@ -192,15 +248,23 @@ def run_campaign(
     cycles: int,
     workdir: Path,
     staging: str = "auto",
-    kinds: tuple[str, ...] = KINDS,
+    kinds: tuple[str, ...] | None = None,
     s3_fault_rate: float | None = None,
+    source: str = "json",
 ) -> CampaignReport:
-    """Run ``cycles`` killed runs (planned kills drawn from ``kinds``) and a final clean one;
-    return the checked figures. With ``s3_fault_rate``, the table lives on a local S3 server
-    and the job reaches it through the fault proxy at that rate (503 SlowDown, 500, connections
-    dropped before and after the server got the request)."""
+    """Run ``cycles`` killed runs (planned kills drawn from ``kinds``, by default every step
+    the ``source`` reaches) and a final clean one; return the checked figures. With
+    ``s3_fault_rate``, the table lives on a local S3 server and the job reaches it through the
+    fault proxy at that rate (503 SlowDown, 500, connections dropped before and after the
+    server got the request)."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    if kinds is None:
+        kinds = KINDS if source == "delta" else JSON_KINDS
     if s3_fault_rate is None:
-        return _campaign(seed, cycles, workdir, staging, kinds, _Target(str(workdir / "table")))
+        return _campaign(
+            seed, cycles, workdir, staging, kinds, _Target(str(workdir / "table")), source
+        )
     from integration_tests._fault_proxy import FAULT_KINDS, fault_proxy
     from integration_tests._s3server import s3_server
 
@@ -218,7 +282,7 @@ def run_campaign(
                 server.storage_options(AWS_ENDPOINT_URL=proxy.endpoint),
                 server.storage_options(),
             )
-            report = _campaign(seed, cycles, workdir, staging, kinds, target)
+            report = _campaign(seed, cycles, workdir, staging, kinds, target, source)
             report.s3_faults = dict(proxy.faults)
             report.s3_requests = sum(proxy.requests.values())
         return report
@@ -231,12 +295,13 @@ def _campaign(
     staging: str,
     kinds: tuple[str, ...],
     table: _Target,
+    source_kind: str = "json",
 ) -> CampaignReport:
     started = time.monotonic()
     rng = random.Random(seed)
     kind_of_store = "s3" if table.uri.startswith("s3://") else "file"
-    report = CampaignReport(seed=seed, staging=staging, table=kind_of_store)
-    source = _Source(workdir / "source")
+    report = CampaignReport(seed=seed, staging=staging, source=source_kind, table=kind_of_store)
+    source = _Source(workdir / "source", source_kind)
     checkpoint = workdir / "checkpoint"
     # Every step once per round, in a seeded order; the schema grows on schema_merge's turn.
     plan: list[str] = []
@@ -245,12 +310,17 @@ def _campaign(
         rng.shuffle(round_)
         plan.extend(round_)
     plan = plan[:cycles]
-    source.add_file()
+    for _ in range(2 if source_kind == "delta" else 1):
+        source.add_file()
     first = _staging_of(staging, 0)
+    if source_kind == "delta":
+        _kill_before_the_first_commit(source, table, checkpoint, first, rng, report)
     _run_job(source, table, checkpoint, first, None, rng)  # the table exists from here on
     for cycle, kind in enumerate(plan):
         for _ in range(rng.randint(1, 3)):
             source.add_file()
+        if source_kind == "delta" and rng.random() < 1 / 3:
+            source.compact()  # while the job is down
         if kind == "schema_merge":
             source.notes += 1  # this run's first batch adds a column
             source.add_file()
@@ -262,10 +332,33 @@ def _campaign(
         print(f"cycle {cycle + 1}/{cycles}: {kind}: {outcome}", file=sys.stderr, flush=True)
     report.drain_runs = _drain(source, table, checkpoint, first, rng)
     report.source_files = source.files
+    report.source_compactions = source.compactions
     report.rows_expected = source.next_id
     _check(report, table, expected=set(range(source.next_id)))
     report.seconds = round(time.monotonic() - started, 1)
     return report
+
+
+def _kill_before_the_first_commit(
+    source: _Source,
+    table: _Target,
+    checkpoint: Path,
+    staging: str,
+    rng: random.Random,
+    report: CampaignReport,
+) -> None:
+    """The job's very first run, killed right after Spark wrote ``offsets/0``; then the source
+    moves on (a new commit, a compaction), so the restart replays batch 0 from an initial
+    offset that now names a later snapshot."""
+    step = "offsets_written"
+    outcome = _run_job(source, table, checkpoint, staging, step, rng)
+    if outcome != "killed" or not (checkpoint / "offsets" / "0").exists():
+        raise RuntimeError(f"the first run was not killed after offsets/0 ({outcome})")
+    if (checkpoint / "commits" / "0").exists():
+        raise RuntimeError("the first run committed batch 0 before its kill")
+    report.kills[step] = report.kills.get(step, 0) + 1
+    source.add_file()
+    source.compact()
 
 
 def _drain(
@@ -330,6 +423,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--cycles", type=int, default=len(KINDS) * 5)
     parser.add_argument("--staging", choices=("auto", "spark", "arrow", "mixed"), default="auto")
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="json",
+        help="JSON files (Spark's file source) or a Delta table read by the deltalake format",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument(
         "--s3-faults",
@@ -344,7 +443,12 @@ def main() -> None:
     if workdir.exists() and any(workdir.iterdir()):
         parser.error(f"{workdir} is not empty: the campaign needs a fresh directory")
     report = run_campaign(
-        args.seed, args.cycles, workdir, args.staging, s3_fault_rate=args.s3_faults
+        args.seed,
+        args.cycles,
+        workdir,
+        args.staging,
+        s3_fault_rate=args.s3_faults,
+        source=args.source,
     )
     text = json.dumps({**asdict(report), "exact": report.exact}, indent=2)
     print(text)

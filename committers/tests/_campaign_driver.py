@@ -1,12 +1,14 @@
 """The streaming job of the crash-point campaign, run as its own process (group).
 
-Usage: python -m committers.tests._campaign_driver SOURCE TABLE CHECKPOINT STAGING EXTRA
+Usage: python -m committers.tests._campaign_driver SOURCE TABLE CHECKPOINT STAGING EXTRA KIND
 
-Reads JSON files of unique ids one file per micro-batch into ``DeltaSink(TABLE,
-app_id="campaign", partition_by=["day"], schema_mode="merge")``. The source schema has EXTRA
-more columns ``note1``..``noteN``: the first batch of a run with a new one merges it into the
-table. Storage options (S3 campaigns) come as JSON in ``SPARKSINK_CAMPAIGN_STORAGE_OPTIONS``.
-``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where the process dies.
+Reads the source's files of unique ids one file per micro-batch into ``DeltaSink(TABLE,
+app_id="campaign", partition_by=["day"], schema_mode="merge")``: JSON files (KIND ``json``)
+or a Delta table through the ``"deltalake"`` format (KIND ``delta``, its schema the table's).
+The JSON schema has EXTRA more columns ``note1``..``noteN``: the first batch of a run with a
+new one merges it into the table. Storage options (S3 campaigns) come as JSON in
+``SPARKSINK_CAMPAIGN_STORAGE_OPTIONS``. ``SPARKSINK_CRASH_AT`` (see ``framework._crash``)
+decides where the process dies.
 """
 
 from __future__ import annotations
@@ -20,17 +22,23 @@ from framework._crash import DRIVER_GROUP_VARIABLE
 
 
 def main() -> None:
-    source, table, checkpoint, staging, extra = sys.argv[1:6]
+    source, table, checkpoint, staging, extra, kind = sys.argv[1:7]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))  # a worker's crash kills us all
-    from committers.delta import DeltaSink
+    from committers.delta import DeltaSink, register
     from committers.tests._spark_helpers import driver_session
     from framework import TwoPhaseSink
 
     spark = driver_session()
-    schema = "id LONG, day STRING" + "".join(f", note{n} STRING" for n in range(1, int(extra) + 1))
-    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
+    if kind == "delta":
+        register(spark)
+        stream = spark.readStream.format("deltalake").option("maxFilesPerTrigger", 1).load(source)
+    else:
+        schema = "id LONG, day STRING" + "".join(
+            f", note{n} STRING" for n in range(1, int(extra) + 1)
+        )
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
     sink = TwoPhaseSink(
         DeltaSink(
             table,

@@ -24,3 +24,16 @@ def test_kills_at_four_steps_leave_the_table_exact(tmp_path):
     assert (report.duplicates, report.lost, report.unexpected, report.orphans_left) == (0,) * 4
     assert report.rows_deltalake == report.rows_duckdb == report.rows_expected > 0
     assert report.exact
+
+
+def test_a_delta_source_killed_right_after_offsets_0_leaves_the_table_exact(tmp_path):
+    """The source is a Delta table read through the "deltalake" format: the first run dies
+    right after Spark wrote ``offsets/0``; the source gets a commit and a compaction while the
+    job is down, so the next run replays batch 0 from an initial offset that now names a
+    later snapshot (``make campaign SOURCE=delta`` adds the killed cycles)."""
+    report = run_campaign(seed=23, cycles=0, workdir=tmp_path, source="delta")
+    assert report.kills == {"offsets_written": 1}
+    assert report.source_compactions == 1
+    assert (report.duplicates, report.lost, report.unexpected, report.orphans_left) == (0,) * 4
+    assert report.rows_deltalake == report.rows_duckdb == report.rows_expected > 0
+    assert report.exact

@@ -205,7 +205,11 @@ def test_read_options_are_validated_before_anything_is_read(history):
         parse_options({"path": history, "versionAsOf": "latest"})
     with pytest.raises(ConfigurationError, match="ISO timestamp"):
         parse_options({"path": history, "timestampAsOf": "yesterday"})
-    with pytest.raises(ConfigurationError, match="own options are path, versionAsOf"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Did you mean 'versionAsOf' \(not 'versionAsOff'\)\? .*; batch reads take "
+        r"versionAsOf, timestampAsOf, filterPushdown and maxSplitBytes",
+    ):
         parse_options({"path": history, "versionAsOff": "1"})
     with pytest.raises(ConfigurationError, match="filterPushdown must be true or false"):
         parse_options({"path": history, "filterPushdown": "maybe"})

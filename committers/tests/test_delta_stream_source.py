@@ -8,19 +8,24 @@ the stream delivered, batch by batch, with what delta-rs reads of the same versi
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from deltalake import DeltaTable, Field, QueryBuilder, TableFeatures, write_deltalake
 
-from committers.delta import register
-from committers.delta._format import parse_stream_options
+from committers.delta import DeltaSink, register
+from committers.delta._format import parse_options, parse_stream_options
+from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._snapshot import SnapshotSpec, open_snapshot
 from committers.delta._storage import TableLocation
 from committers.delta._stream import DeltaLogTail, SourceTableChangedError, StreamStart
+from framework import TwoPhaseSink
 from framework.errors import ConfigurationError
 from framework.source import FileSourceConfig
 from framework.spark._stream_source import AdmissionLimit
@@ -64,13 +69,10 @@ def _table(tmp_path: Path, *appends: range, partition_by=("p",), **create) -> st
 
 
 def _tail(uri: str, start: StreamStart | None = None, *, skip: bool = False) -> DeltaLogTail:
-    table, snapshot = open_snapshot(TableLocation.of(uri), SnapshotSpec())
+    """The stream's source as defined now (``load()``); it starts at its first offset."""
+    _table, snapshot = open_snapshot(TableLocation.of(uri), SnapshotSpec())
     return DeltaLogTail(
-        snapshot,
-        str(table.metadata().id),
-        start or StreamStart(),
-        skip_change_commits=skip,
-        config=FileSourceConfig(),
+        snapshot, start or StreamStart(), skip_change_commits=skip, config=FileSourceConfig()
     )
 
 
@@ -125,7 +127,6 @@ def test_starting_version_reads_the_commits_from_there_and_latest_only_new_ones(
 
 
 def _adds(uri: str, version: int):
-    import json
     from urllib.parse import unquote
 
     from framework.source import FileSplit
@@ -141,6 +142,8 @@ def _adds(uri: str, version: int):
 def test_deletes_and_overwrites_fail_clearly_or_are_skipped_whole(tmp_path):
     uri = _table(tmp_path, range(0, 10))
     tail, skipping = _tail(uri), _tail(uri, skip=True)
+    for started in (tail, skipping):
+        started.initial_offset()  # the queries start before the delete
     DeltaTable(uri).delete("id = 3")
     write_deltalake(uri, _rows(range(10, 12)), partition_by=["p"], mode="append")
     with pytest.raises(SourceTableChangedError, match=r"version 1 of .*\(DELETE\) removes 1 data"):
@@ -188,19 +191,248 @@ def test_cleaned_up_commits_and_recreated_tables_are_errors(tmp_path):
         _tail(uri).discover(start, AdmissionLimit(), up_to=None)
 
 
+def test_a_replayed_first_batch_reads_the_files_its_logged_offsets_name(tmp_path):
+    """Spark does not log a query's initial offset: after a crash it asks for it again and
+    replays the first batch from there to the logged end. The end records where the batch
+    began, so the restarted source reads the same files, however far the table moved on."""
+    for start in (StreamStart(), StreamStart.of("latest"), StreamStart.of(1)):
+        uri = _table(tmp_path / repr(start), range(0, 4), range(4, 8))
+        first = _tail(uri, start)
+        initial = first.initial_offset()
+        if start.latest:  # something to read after the start
+            write_deltalake(uri, _rows(range(8, 12)), partition_by=["p"], mode="append")
+        end = first.discover(initial, AdmissionLimit(max_files=2), up_to=None)
+        files = first.files_between(initial, end)
+        assert len(files) == 2
+        write_deltalake(uri, _rows(range(20, 30)), partition_by=["p"], mode="append")
+        DeltaTable(uri).optimize.compact()
+        restarted = _tail(uri, start)
+        if start.version is None:  # the snapshot or 'latest': a later start now
+            assert restarted.initial_offset() != initial
+        assert restarted.files_between(restarted.initial_offset(), end) == files
+
+
 def test_stream_options_are_validated():
     options = parse_stream_options({"maxFilesPerTrigger": "2", "skipChangeCommits": "true"})
     assert options.limit.max_files == 2 and options.skip_change_commits
     assert parse_stream_options({}).limit.max_files == 1000
     for bad, message in [
         ({"maxFilesPerTrigger": "0"}, "maxFilesPerTrigger must be a positive integer"),
-        ({"maxBytesPerTrigger": "1g"}, "maxBytesPerTrigger must be a positive integer"),
         ({"skipChangeCommits": "maybe"}, "skipChangeCommits must be true or false"),
         ({"versionAsOf": "1"}, "versionAsOf is for batch reads"),
         ({"startingVersion": "first"}, "startingVersion must be"),
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp must be an ISO timestamp"),
+        (
+            {"startingVersion": "1", "startingTimestamp": "2026-11-21"},
+            "give startingVersion or startingTimestamp, not both",
+        ),
     ]:
         with pytest.raises(ConfigurationError, match=message):
             parse_stream_options(bad)
+
+
+def test_max_bytes_per_trigger_takes_spark_size_strings():
+    """As delta-spark parses it (Spark's byteStringAsBytes): powers of 1024, bytes without a
+    unit; with maxBytesPerTrigger alone there is no file limit."""
+    for text, size in [
+        ("1b", 1),
+        ("100", 100),
+        ("512k", 512 * 1024),
+        ("512KB", 512 * 1024),
+        ("10m", 10 * 1024**2),
+        ("1g", 1024**3),
+        (" 2t ", 2 * 1024**4),
+    ]:
+        limit = parse_stream_options({"maxBytesPerTrigger": text}).limit
+        assert (limit.max_bytes, limit.max_files) == (size, None), text
+    both = parse_stream_options({"maxBytesPerTrigger": "1m", "maxFilesPerTrigger": "3"}).limit
+    assert (both.max_bytes, both.max_files) == (1024**2, 3)
+    for bad in ("0", "-1", "1.5g", "10x", "ten", ""):
+        with pytest.raises(ConfigurationError, match="maxBytesPerTrigger must be a positive size"):
+            parse_stream_options({"maxBytesPerTrigger": bad})
+
+
+def test_max_bytes_per_trigger_is_a_soft_limit_as_in_delta(tmp_path):
+    """delta-spark takes files while the limit is not reached, so the file that crosses it is
+    taken too: six equal files under a limit of 2.5 files make batches of 3 and 3."""
+    same = _rows(range(0, 10), p=["x"] * 10)
+    uri = str(tmp_path / "source")
+    for _ in range(6):
+        write_deltalake(uri, same, mode="append")
+    sizes = {a.size_bytes for v in range(6) for a in _adds(uri, v)}
+    assert len(sizes) == 1
+    (size,) = sizes
+    batches = _read_all(_tail(uri), AdmissionLimit(max_bytes=2 * size + size // 2))
+    assert [len(b) for b in batches] == [3, 3]
+    # A file larger than the limit is taken alone, never stuck.
+    assert [len(b) for b in _read_all(_tail(uri), AdmissionLimit(max_bytes=1))] == [1] * 6
+
+
+def test_the_starting_snapshot_is_read_in_deltas_order_not_path_order(tmp_path):
+    """delta-spark orders a starting snapshot by modificationTime, then path: with one file
+    per trigger, the batches follow the commits even where the paths sort the other way."""
+    uri = str(tmp_path / "source")
+    for index, part in enumerate(("c", "b", "a")):
+        write_deltalake(
+            uri, _rows(range(index, index + 1), p=[part]), partition_by=["p"], mode="append"
+        )
+        time.sleep(0.002)  # distinct modification times (milliseconds)
+    batches = _read_all(_tail(uri), AdmissionLimit(max_files=1))
+    assert [b[0].split("/")[0] for b in batches] == ["p=c", "p=b", "p=a"]
+
+
+def test_starting_version_latest_is_fixed_when_the_stream_starts(tmp_path):
+    """As in delta-spark, 'latest' is the table's version when the query starts, not when the
+    stream was defined: a commit in between is not read, a commit after the start is."""
+    uri = _table(tmp_path, range(0, 4))
+    defined = _tail(uri, StreamStart.of("latest"))
+    write_deltalake(uri, _rows(range(4, 6)), partition_by=["p"], mode="append")  # in between
+    assert _read_all(defined, AdmissionLimit()) == []  # the query starts here
+    write_deltalake(uri, _rows(range(6, 7)), partition_by=["p"], mode="append")
+    assert _read_all(defined, AdmissionLimit()) == [[a.path for a in _adds(uri, 2)]]
+
+
+def test_an_add_column_before_the_start_is_read_across_and_one_after_it_stops_the_stream(
+    tmp_path,
+):
+    """delta-spark's rule: files written before a column was added are read with the
+    stream's (newer) schema, so startingVersion=0 crosses an ADD COLUMN made before the query
+    started; an ADD COLUMN after the start stops the stream for a restart."""
+    uri = _table(tmp_path, range(0, 4), range(4, 8))
+    DeltaTable(uri).alter.add_columns([Field("extra", "string", nullable=True)])
+    wider = _rows(range(8, 10)).append_column("extra", pa.array(["x", "y"]))
+    write_deltalake(uri, wider, partition_by=["p"], mode="append")
+    tail = _tail(uri, StreamStart.of(0))
+    files = [p for b in _read_all(tail, AdmissionLimit()) for p in b]
+    assert sorted(files) == sorted(a.path for v in (0, 1, 3) for a in _adds(uri, v))
+    DeltaTable(uri).alter.add_columns([Field("later", "long", nullable=True)])
+    with pytest.raises(
+        SourceTableChangedError,
+        match=r"version 4 .* changes the table's schema after this query started: .*'later'"
+        r".* Restart the query",
+    ):
+        _read_all(tail, AdmissionLimit())
+
+
+def test_files_written_with_a_schema_the_streams_cannot_read_stop_it(tmp_path):
+    """A column retyped before the query started (an overwrite of the schema): the stream's
+    schema, the latest, cannot read the older files, so startingVersion=0 stops at once."""
+    uri = _table(tmp_path, range(0, 4))
+    retyped = _rows(range(4, 6)).set_column(2, "f", pa.array(["a", "b"]))
+    write_deltalake(uri, retyped, partition_by=["p"], mode="overwrite", schema_mode="overwrite")
+    with pytest.raises(
+        SourceTableChangedError,
+        match=r"version 0 of .* holds files written with a schema that the stream's .* cannot "
+        r"read: another type or nullability for 'f' .* with a startingVersion after 0",
+    ):
+        _read_all(_tail(uri, StreamStart.of(0)), AdmissionLimit())
+
+
+def test_the_schema_must_not_change_between_load_and_start(tmp_path):
+    """The stream's schema is the one Spark planned with at load(); a table whose schema
+    changed before the query started is refused then, with the fix."""
+    uri = _table(tmp_path, range(0, 4))
+    defined = _tail(uri)
+    DeltaTable(uri).alter.add_columns([Field("extra", "string", nullable=True)])
+    with pytest.raises(
+        SourceTableChangedError,
+        match=r"changed between the stream's definition \(load\(\), version 0\) and its start "
+        r"\(version 1\): column\(s\) 'extra' not in the stream's schema\. Define the stream "
+        r"again \(call load\(\) again\)",
+    ):
+        defined.initial_offset()
+
+
+def test_a_commit_raising_the_reader_protocol_stops_the_stream_before_it(tmp_path):
+    """delta-spark checks the protocol of every version a stream crosses: a commit that
+    makes the table need a reader feature this reader does not honour (deletion vectors, a
+    reader version above 3) stops the stream before anything of it or after it is read."""
+    uri = _table(tmp_path, range(0, 4))
+    tail = _tail(uri)
+    started = tail.initial_offset()
+    DeltaTable(uri).alter.add_feature(TableFeatures.DeletionVectors, True)
+    write_deltalake(uri, _rows(range(4, 8)), partition_by=["p"], mode="append")
+    with pytest.raises(
+        UnsupportedTableFeatureError,
+        match=r"version 1 of .* changes the table's protocol, and the stream stops before it: "
+        r".*deletionVectors",
+    ):
+        tail.discover(started, AdmissionLimit(), up_to=None)
+
+    other = _table(tmp_path / "other", range(0, 4))
+    tail = _tail(other)
+    started = tail.initial_offset()
+    protocol = {"protocol": {"minReaderVersion": 4, "minWriterVersion": 7}}
+    Path(other, "_delta_log", f"{1:020d}.json").write_text(json.dumps(protocol) + "\n")
+    with pytest.raises(UnsupportedTableFeatureError, match="requires reader version 4"):
+        tail.discover(started, AdmissionLimit(), up_to=None)
+
+
+def _commit_at(uri: str, version: int, when: dt.datetime) -> None:
+    """Set the commit time of ``version`` (its commit file's modification time)."""
+    stamp = when.timestamp()
+    os.utime(Path(uri, "_delta_log", f"{version:020d}.json"), (stamp, stamp))
+
+
+def test_starting_timestamp_starts_at_the_first_commit_at_or_after_it(tmp_path):
+    """delta-spark's startingTimestamp: the first version committed at or after it (the
+    earliest one when it is before them all); after the latest commit it is an error."""
+    uri = _table(tmp_path, range(0, 2), range(2, 4), range(4, 6), range(6, 8))
+    base = dt.datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+    for version in range(4):
+        _commit_at(uri, version, base + dt.timedelta(minutes=version))
+
+    def first_version(when) -> int:
+        tail = _tail(uri, StreamStart.of(timestamp=when))
+        return int(tail.initial_offset()["version"])
+
+    assert first_version("2026-11-21T10:01:00Z") == 1  # exactly a commit's time
+    assert first_version("2026-11-21 10:01:00.001") == 2  # just after it
+    assert first_version(base - dt.timedelta(days=1)) == 0  # before every commit
+    assert first_version("2026-11-21T11:02:30+01:00") == 3
+    files = _read_all(
+        _tail(uri, StreamStart.of(timestamp="2026-11-21T10:02:00Z")), AdmissionLimit()
+    )
+    assert sorted(p for b in files for p in b) == sorted(
+        a.path for v in (2, 3) for a in _adds(uri, v)
+    )
+    with pytest.raises(
+        ConfigurationError,
+        match=r"startingTimestamp=2026-11-21T10:03:01\+00:00 is after the latest version \(3\)",
+    ):
+        first_version("2026-11-21T10:03:01Z")
+
+
+def test_delta_spark_options_that_are_not_supported_are_refused_by_name(tmp_path):
+    """Spark resolves the options at load(), batch or stream alike: delta-spark's streaming
+    options are named with what to use instead, and an unknown name lists the options of
+    both kinds of read (with the closest one)."""
+    uri = _table(tmp_path, range(0, 2))
+    for name, instead in [
+        ("ignoreChanges", "use skipChangeCommits=true"),
+        ("ignoreDeletes", "use skipChangeCommits=true"),
+        ("readChangeFeed", "not Delta's change data feed"),
+        ("failOnDataLoss", "always stops the stream"),
+    ]:
+        with pytest.raises(
+            ConfigurationError,
+            match=rf"option {name} is a delta-spark streaming read option that the deltalake "
+            rf"format does not support: .*{instead}.* Streaming reads of the deltalake format "
+            r"take the options startingVersion, startingTimestamp, maxFilesPerTrigger, "
+            r"maxBytesPerTrigger, skipChangeCommits and maxSplitBytes",
+        ):
+            parse_options({"path": uri, name: "true"})
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Did you mean 'maxFilesPerTrigger' \(not 'maxFilesPerTriger'\)\? Streaming reads "
+        r".* take the options startingVersion, .*; batch reads take versionAsOf, timestampAsOf, "
+        r"filterPushdown and maxSplitBytes",
+    ):
+        parse_options({"path": uri, "maxFilesPerTriger": "2"})
+    # The stream options themselves pass load() (they are checked when the stream starts).
+    assert parse_options(
+        {"path": uri, "startingTimestamp": "2026-11-21", "maxBytesPerTrigger": "1g"}
+    )
 
 
 # -- through Spark ------------------------------------------------------------------------------
@@ -223,19 +455,24 @@ def _delta_rs_rows(uri: str, version: int | None = None) -> list[tuple]:
     return _sorted(tuple(r.values()) for r in table.select(SCHEMA.names).to_pylist())
 
 
-def _run(spark, uri: str, checkpoint: Path, **options) -> dict[int, list[tuple]]:
-    """Run the stream with ``availableNow``; rows delivered per batch id."""
-    batches: dict[int, list[tuple]] = {}
-
-    def collect(df, batch_id):
-        batches[batch_id] = [tuple(r) for r in df.select(*SCHEMA.names).collect()]
-
+def _stream(spark, uri: str, **options):
+    """``spark.readStream.format("deltalake")`` of ``uri`` with ``options`` (defined, not
+    started)."""
     reader = spark.readStream.format("deltalake")
     for key, value in options.items():
         reader = reader.option(key, str(value))
+    return reader.load(uri)
+
+
+def _drain(stream, checkpoint: Path, columns=SCHEMA.names) -> dict[int, list[tuple]]:
+    """Run ``stream`` with ``availableNow``; rows delivered per batch id."""
+    batches: dict[int, list[tuple]] = {}
+
+    def collect(df, batch_id):
+        batches[batch_id] = [tuple(r) for r in df.select(*columns).collect()]
+
     query = (
-        reader.load(uri)
-        .writeStream.foreachBatch(collect)
+        stream.writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
@@ -244,6 +481,117 @@ def _run(spark, uri: str, checkpoint: Path, **options) -> dict[int, list[tuple]]
     if query.exception() is not None:
         raise query.exception()
     return batches
+
+
+def _run(spark, uri: str, checkpoint: Path, **options) -> dict[int, list[tuple]]:
+    """Run the stream with ``availableNow``; rows delivered per batch id."""
+    return _drain(_stream(spark, uri, **options), checkpoint)
+
+
+def _delivered(*runs: dict[int, list[tuple]]) -> list[tuple]:
+    return _sorted(r for batches in runs for rows in batches.values() for r in rows)
+
+
+@pytest.mark.spark
+def test_a_replayed_first_batch_delivers_the_rows_it_delivered_before(spark, tmp_path):
+    """The checkpoint keeps only offsets/0, as after a crash right after Spark wrote it: the
+    restarted query replays batch 0 from a fresh initial offset, and must still read the
+    files batch 0 named, although the table got an append and a compaction since."""
+    register(spark)
+    uri = _table(tmp_path, range(0, 10), range(10, 20))
+    checkpoint = tmp_path / "checkpoint"
+    first = _run(spark, uri, checkpoint, maxFilesPerTrigger=2)
+    assert len(first) > 1 and first[0]
+    for entry in [*(checkpoint / "commits").iterdir(), *(checkpoint / "offsets").iterdir()]:
+        if entry.name not in ("0", ".0.crc") or entry.parent.name == "commits":
+            entry.unlink()
+    write_deltalake(uri, _rows(range(20, 30)), partition_by=["p"], mode="append")
+    DeltaTable(uri).optimize.compact()
+    second = _run(spark, uri, checkpoint, maxFilesPerTrigger=2)
+    assert _sorted(second[0]) == _sorted(first[0])
+    assert _delivered(second) == _delta_rs_rows(uri)  # every row once
+
+
+@pytest.mark.spark
+def test_where_a_stream_starts_is_fixed_when_the_query_starts(spark, tmp_path):
+    """As in delta-spark: startingVersion='latest' is the latest version when the query
+    starts, not when it was defined; startingTimestamp starts at the first commit at or after
+    it; maxBytesPerTrigger takes a size string (here one file per batch)."""
+    register(spark)
+    uri = _table(tmp_path, range(0, 4))
+    delivered: list[tuple] = []
+    latest = _stream(spark, uri, startingVersion="latest")
+    write_deltalake(uri, _rows(range(4, 6)), partition_by=["p"], mode="append")  # in between
+    query = (
+        latest.writeStream.foreachBatch(
+            lambda df, _id: delivered.extend(tuple(r) for r in df.select(*SCHEMA.names).collect())
+        )
+        .option("checkpointLocation", str(tmp_path / "latest"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()  # started: nothing to read
+        write_deltalake(uri, _rows(range(6, 8)), partition_by=["p"], mode="append")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert _sorted(delivered) == _sorted(tuple(r.values()) for r in _rows(range(6, 8)).to_pylist())
+
+    base = dt.datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+    for version in range(3):
+        _commit_at(uri, version, base + dt.timedelta(minutes=version))
+    from_timestamp = _run(
+        spark,
+        uri,
+        tmp_path / "timestamp",
+        startingTimestamp="2026-11-21 10:00:30",
+        maxBytesPerTrigger="1b",
+    )
+    assert _delivered(from_timestamp) == _sorted(
+        tuple(r.values()) for r in _rows(range(4, 8)).to_pylist()
+    )
+    assert len(from_timestamp) == len(_adds(uri, 1)) + len(_adds(uri, 2))
+
+
+@pytest.mark.spark
+def test_a_stream_from_version_0_reads_rows_from_before_an_add_column_with_it_null(spark, tmp_path):
+    register(spark)
+    uri = _table(tmp_path, range(0, 4), range(4, 8))
+    DeltaTable(uri).alter.add_columns([Field("extra", "string", nullable=True)])
+    wider = _rows(range(8, 10)).append_column("extra", pa.array(["x", "y"]))
+    write_deltalake(uri, wider, partition_by=["p"], mode="append")
+    columns = [*SCHEMA.names, "extra"]
+    delivered = _drain(_stream(spark, uri, startingVersion=0), tmp_path / "cp", columns)
+    expected = pa.table(DeltaTable(uri).to_pyarrow_table()).select(columns).to_pylist()
+    assert _delivered(delivered) == _sorted(tuple(r.values()) for r in expected)
+    assert sum(1 for r in _delivered(delivered) if r[-1] is None) == 8
+
+
+@pytest.mark.spark
+def test_a_source_error_comes_back_from_failure_as_its_own_class(spark, tmp_path):
+    """TwoPhaseSink.failure(query) finds errors raised in the "deltalake" source (in Spark's
+    Python streaming-source worker), not only those of the sink's own batches."""
+    register(spark)
+    uri = _table(tmp_path, range(0, 10))
+    sink = TwoPhaseSink(DeltaSink(str(tmp_path / "target"), app_id="copy"))
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def start():
+        return sink.write_stream(
+            _stream(spark, uri), checkpoint_location=checkpoint, trigger={"availableNow": True}
+        )
+
+    start().awaitTermination()
+    DeltaTable(uri).delete("id < 5")
+    query = start()
+    with pytest.raises(Exception, match="SourceTableChangedError"):
+        query.awaitTermination()
+    error = sink.failure(query)
+    assert isinstance(error, SourceTableChangedError), repr(query.exception())
+    assert "(DELETE) removes" in str(error) and "skipChangeCommits=true" in str(error)
+    assert str(error).endswith(f"(raised in streaming query {query.id})")
 
 
 @pytest.mark.spark

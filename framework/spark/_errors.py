@@ -3,11 +3,16 @@
 An exception raised in a Python worker reaches the driver as a Py4J/PySpark exception whose text
 holds the worker's traceback. The first line naming one of our exception classes (the
 innermost raise in the worker) is turned back
-into that class, so ``except NullConstraintError`` works on the driver too.
+into that class, so ``except NullConstraintError`` works on the driver too. Our classes are
+those of ``framework.errors`` and every ``SinkError`` subclass a traceback names by its module
+(``committers.delta._stream.SourceTableChangedError: ...``), when that module is already
+imported in this process (nothing is imported because of a text).
 
 A streaming query that failed in its foreachBatch function carries the same kind of text in
 ``query.exception()`` (classic: ``An exception was raised by the Python Proxy ... Traceback``;
-Spark Connect: ``Found error inside foreachBatch Python process: Traceback``), read the same way.
+Spark Connect: ``Found error inside foreachBatch Python process: Traceback``), read the same way;
+so does one whose Python data source failed (a source's ``latestOffset`` or ``partitions``
+raised in Spark's Python streaming-source worker).
 
 The text is only ever matched line by line (``re.M``, never ``re.S``): a traceback is one
 exception per line, and an unanchored match across lines could pick a class name out of data.
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import sys
 
 from framework import errors
 
@@ -29,7 +35,9 @@ __all__ = [
     "translate_task_error",
 ]
 
-_OUR_ERROR = re.compile(r"(?:^|\s)(?:[\w.]+\.)?(?P<name>[A-Z]\w*Error): (?P<message>.*)$", re.M)
+_OUR_ERROR = re.compile(
+    r"(?:^|\s)(?:(?P<module>[\w.]+)\.)?(?P<name>[A-Z]\w*Error): (?P<message>.*)$", re.M
+)
 # raise_error() in a task (a row check of an InputPlan) ends its message with Spark's SQLSTATE.
 _SQLSTATE_TAIL = re.compile(r"\s*SQLSTATE: \w+\s*$")
 # An error translated once already (task -> driver) and found again in a query's text.
@@ -43,11 +51,21 @@ def sink_error_in_text(text: str, *, origin: str) -> errors.SinkError | None:
     """The first ``SinkError`` subclass a traceback text names, rebuilt with its message (plus
     ``(raised in <origin>)``), or ``None``. The first one is the innermost raise."""
     for match in _OUR_ERROR.finditer(text):
-        cls = getattr(errors, match.group("name"), None)
-        if isinstance(cls, type) and issubclass(cls, errors.SinkError):
+        cls = _error_class(match.group("module"), match.group("name"))
+        if cls is not None:
             message = _SQLSTATE_TAIL.sub("", match.group("message"))
             message = _ORIGIN_TAIL.sub("", message).strip()
             return cls(f"{message} (raised in {origin})")
+    return None
+
+
+def _error_class(module: str | None, name: str) -> type[errors.SinkError] | None:
+    """The ``SinkError`` subclass a traceback line names: by its module when that module is
+    imported here, else by its name in ``framework.errors``."""
+    for owner in (sys.modules.get(module) if module else None, errors):
+        cls = getattr(owner, name, None) if owner is not None else None
+        if isinstance(cls, type) and issubclass(cls, errors.SinkError):
+            return cls
     return None
 
 

@@ -13,10 +13,14 @@ index in it), so that
   (each micro-batch is a bounded source);
 * ``read(partition)`` reads a split in a task.
 
-Spark checkpoints the offsets of each micro-batch before running it and replays a batch with
-the same offsets after a failure, so a batch reads the same files every time: together with a
-sink that skips replayed batch ids, every row reaches the destination exactly once.
-Everything lives in the offsets; no state is kept between calls that a restart would lose.
+Spark checkpoints the end offset of each micro-batch before running it and replays a batch
+with the same offsets after a failure, so a batch reads the same files every time: together
+with a sink that skips replayed batch ids, every row reaches the destination exactly once.
+One offset is not checkpointed: the start of a query's first batch, for which Spark calls
+``initialOffset`` again when it replays that batch (checked with Spark 4.2), so a discovery
+records in the first batch's end offset where that batch began (see
+:meth:`FileDiscovery.files_between`). Everything lives in the offsets; no state is kept
+between calls that a restart would lose.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from framework._crash import crash_point
 from framework.errors import ConfigurationError
 from framework.source import FileGroupSource, FileSplit
 from framework.spark._source import SplitsPartition, plan_partitions, read_partition
@@ -48,9 +53,10 @@ log = logging.getLogger("framework.spark")
 
 
 class AdmissionLimit:
-    """How much one micro-batch may take: at most ``max_files`` files and ``max_bytes`` bytes
-    (``None``: no limit), but always at least one file when one is available, so a file larger
-    than ``max_bytes`` is never stuck."""
+    """How much one micro-batch may take: at most ``max_files`` files (``None``: no limit),
+    and files while fewer than ``max_bytes`` bytes are taken: a soft limit, as delta-spark's
+    ``maxBytesPerTrigger`` (the file that crosses it is still taken, so a file larger than
+    ``max_bytes`` is never stuck). Always at least one file when one is available."""
 
     def __init__(self, max_files: int | None = None, max_bytes: int | None = None) -> None:
         for name, value in (("max_files", max_files), ("max_bytes", max_bytes)):
@@ -71,14 +77,14 @@ class AdmissionLimit:
             return cls(max_files=default.max_files, max_bytes=int(limit.max_bytes))
         return default
 
-    def admits(self, files: int, size_bytes: int, next_size: int) -> bool:
-        """Whether a micro-batch holding ``files`` files of ``size_bytes`` takes one more of
-        ``next_size`` bytes."""
+    def admits(self, files: int, size_bytes: int) -> bool:
+        """Whether a micro-batch holding ``files`` files of ``size_bytes`` bytes takes one
+        more (whatever its size: there is still room before it)."""
         if files == 0:
             return True
         if self.max_files is not None and files >= self.max_files:
             return False
-        return self.max_bytes is None or size_bytes + next_size <= self.max_bytes
+        return self.max_bytes is None or size_bytes < self.max_bytes
 
     def read_limit(self) -> ReadLimit:
         """The limit as Spark's ``ReadLimit`` (Spark takes one: files win over bytes)."""
@@ -94,7 +100,9 @@ class FileDiscovery(Protocol):
     JSON-able dicts). Must pickle: it is shipped to Spark's tasks, which only read."""
 
     def initial_offset(self) -> dict[str, Any]:
-        """Where a new query starts."""
+        """Where a new query starts. Spark does not record it: it asks again when it replays
+        a query's first micro-batch after a restart, when the input may have moved on (see
+        :meth:`files_between`)."""
         ...
 
     def discover(
@@ -114,7 +122,10 @@ class FileDiscovery(Protocol):
         ...
 
     def files_between(self, start: dict[str, Any], end: dict[str, Any]) -> list[FileSplit]:
-        """Exactly the files from ``start`` up to ``end``, the same list on every call."""
+        """Exactly the files from ``start`` up to ``end``, the same list on every call, in
+        every process. ``start`` may be this process's :meth:`initial_offset` while ``end``
+        was discovered by an earlier run (a replayed first batch): the files are then the
+        ones that run's batch named, which ``end`` must let the discovery find again."""
         ...
 
     def source(self, files: Sequence[FileSplit]) -> FileGroupSource[Any, Any]:
@@ -155,9 +166,14 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SplitsPartition]:
+        """The splits of a micro-batch. Spark calls it after it wrote the batch's ``end`` to the
+        checkpoint's offsets log, and again with the same offsets when it replays the batch
+        after a restart (``start`` is then :meth:`initialOffset` again for a query's first
+        batch: see :meth:`FileDiscovery.files_between`)."""
         if start == end:
             return []
         files = self._discovery.files_between(start, end)
+        crash_point("offsets_written")
         return plan_partitions(self._discovery.source(files))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

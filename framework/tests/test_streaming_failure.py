@@ -89,6 +89,29 @@ def test_only_framework_error_classes_followed_by_a_message_count():
     assert type(error) is RecordTooLargeError and str(error) == "2 MiB (raised in q)"
 
 
+class SourceGoneError(SinkError):
+    """A SinkError subclass outside framework.errors, as a connector defines its own."""
+
+
+def test_sink_error_subclasses_are_read_by_their_module_when_it_is_imported():
+    """An error raised in Spark's Python streaming-source worker names its class by module
+    (``committers.delta._stream.SourceTableChangedError: ...``)."""
+    text = (
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+        "perform latestOffset: Traceback (most recent call last):\n"
+        '  File "/repo/committers/delta/_stream.py", line 464, in _appended\n'
+        f"{__name__}.SourceGoneError: version 3 removes 1 data file(s)\n"
+        " SQLSTATE: 38000 SQLSTATE: XXKST\n"
+    )
+    error = sink_error_in_text(text, origin="streaming query q")
+    assert type(error) is SourceGoneError
+    assert str(error) == "version 3 removes 1 data file(s) (raised in streaming query q)"
+    # A module this process has not imported is not imported because of a text; a class that
+    # is no SinkError does not count.
+    foreign = "not.imported.anywhere.GoneError: x\njson.JSONDecodeError: y\n"
+    assert sink_error_in_text(foreign, origin="q") is None
+
+
 def test_translate_task_error_keeps_its_contract():
     ours = NullConstraintError("x")
     assert translate_task_error(ours) is ours
