@@ -232,7 +232,9 @@ def compact_table(
             "client does not have; run it in a classic session (or with delta-rs's "
             "DeltaTable.optimize.compact())."
         )
-    table = open_table(location)
+    table = None
+    with contextlib.suppress(NotATableError):  # files but no log: the same answer as below
+        table = open_table(location)
     if table is None:
         raise NotATableError(
             f"{location.uri} is not a Delta table (no _delta_log there): compaction rewrites "

@@ -448,7 +448,7 @@ def test_a_path_that_is_not_a_table_is_refused(spark, tmp_path):
     plain = tmp_path / "plain"
     plain.mkdir()
     pq.write_table(pa.table({"id": [1]}), plain / "data.parquet")
-    with pytest.raises(NotATableError, match="holds files but is not a Delta table"):
+    with pytest.raises(NotATableError, match="is not a Delta table"):
         DeltaSink(str(plain)).compact(spark)
     assert [p.name for p in plain.iterdir()] == ["data.parquet"]
 
