@@ -34,7 +34,7 @@ from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._rules import TableShape, WritePlan, new_table_schema, plan_write
-from committers.delta._schema import SchemaMode, merge_schemas
+from committers.delta._schema import SINK_SPELLING, OptionSpelling, SchemaMode, merge_schemas
 from committers.delta._staging import (
     STAGING_DIR,
     epoch_staging_dir,
@@ -106,8 +106,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         user_metadata: str | None = None,
         overwrite: bool = False,
         replace_where: ReplaceWhere | None = None,
+        spelling: OptionSpelling = SINK_SPELLING,
     ) -> None:
         self._location = location
+        self._spelling = spelling  # how the errors of a re-check name options
         self._overwrite = overwrite
         self._replace_where = replace_where
         self._plan = plan
@@ -570,7 +572,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
                 input can no longer be written at all.
         """
-        current = plan_write(shape, self._input_schema, self._schema_mode, self._location.uri)
+        current = plan_write(
+            shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
+        )
         if self._replace_where is not None:
             current, _ = with_replace_where(current, self._replace_where, self._location.uri)
         staged = self._plan
@@ -595,7 +599,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         shape = TableShape.of_table(table)
         current = shape.arrow_schema()
         merged = merge_schemas(
-            current, self._input_schema, self._schema_mode, shape.generated_columns
+            current, self._input_schema, self._schema_mode, shape.generated_columns, self._spelling
         )
         if len(merged) > len(current):
             new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]

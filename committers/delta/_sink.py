@@ -6,7 +6,7 @@ import datetime
 import inspect
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +32,8 @@ from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
 from committers.delta._s3safety import verify_conditional_put
 from committers.delta._schema import (
+    SINK_SPELLING,
+    OptionSpelling,
     SchemaMode,
     check_column_names,
     check_partition_columns,
@@ -161,6 +163,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
     Raises:
         ConfigurationError: an option is invalid (at construction, nothing written).
     """
+
+    #: How errors name this sink's options (the ``"deltalake"`` format's writer spells them
+    #: as ``.option(...)`` names).
+    option_spelling: ClassVar[OptionSpelling] = SINK_SPELLING
 
     def __init__(
         self,
@@ -310,19 +316,20 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         if table is None:
             spelled = {name.lower(): name for name in schema.names}  # names match ignoring case
             partition_by = [spelled.get(name.lower(), name) for name in self.partition_by]
-            check_partition_columns(schema, partition_by)
+            check_partition_columns(schema, partition_by, self.option_spelling)
             shape = TableShape.for_new_table(schema, partition_by)
         else:
             shape = TableShape.of_table(table)
             table_partitioning = [name.lower() for name in shape.partition_by]
             if self.partition_by and table_partitioning != [n.lower() for n in self.partition_by]:
+                option = self.option_spelling.partition_by
                 raise SchemaMismatchError(
                     f"table {self.location.uri} is partitioned by "
-                    f"{list(shape.partition_by) or 'nothing'}, but the sink was configured with "
-                    f"partition_by={self.partition_by}. Use the table's partitioning (or leave "
-                    "partition_by out)."
+                    f"{list(shape.partition_by) or 'nothing'}, but the write asks for "
+                    f"{option}={self.partition_by}. Use the table's partitioning (or leave "
+                    f"{option} out)."
                 )
-        plan = plan_write(shape, schema, self.schema_mode, self.location.uri)
+        plan = plan_write(shape, schema, self.schema_mode, self.location.uri, self.option_spelling)
         if self.replace_where is not None:
             plan, self.replace_where = with_replace_where(
                 plan, self.replace_where, self.location.uri
@@ -451,6 +458,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             user_metadata=self.user_metadata,
             replace_where=self.replace_where if self.mode == "overwrite" else None,
             overwrite=self.mode == "overwrite",
+            spelling=self.option_spelling,
         )
 
     def committable_serializer(self) -> StagedFileSerializer:
