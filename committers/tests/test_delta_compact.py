@@ -436,7 +436,6 @@ def test_nothing_to_do_commits_nothing(spark, tmp_path):
     assert _versions(one_per_partition) == [0]
 
 
-
 def test_a_path_that_is_not_a_table_is_refused(spark, tmp_path):
     with pytest.raises(NotATableError, match=r"is not a Delta table \(no _delta_log there\)"):
         DeltaSink(str(tmp_path / "missing")).compact(spark)
