@@ -338,7 +338,8 @@ def batch_writer(
     """The writer of ``df.write.format("deltalake")`` (runs on the driver, before any task).
 
     With ``txnAppId``/``txnVersion`` the write is one epoch of that app id, skipped when the
-    table already records it; without, a one-off epoch of its own identity.
+    table already records it; without, a one-off epoch of its own identity, whose commit
+    records no txn (as delta-spark's plain ``df.write`` records none).
 
     Raises:
         ConfigurationError, SchemaMismatchError, ...: as :meth:`DeltaSink.prepare`, and for
@@ -358,6 +359,7 @@ def batch_writer(
             writer_identity=f"write-{app_id}",
             run_id=str(uuid.uuid4()),
             bounded=True,
+            one_off=True,  # nothing can replay it: its commit records no txn
         )
         return SinkBatchWriter(sink, epoch, check_batch=check)
     epoch = Epoch(

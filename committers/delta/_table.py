@@ -34,6 +34,7 @@ __all__ = [
     "added_paths",
     "file_mtime",
     "find_commit",
+    "find_run",
     "is_data_file_candidate",
     "open_table",
     "referenced_paths",
@@ -161,6 +162,27 @@ def find_commit(
         if table.version() < window:
             break
     return None, newest
+
+
+def find_run(table: DeltaTable, run_id: str, *, after_version: int | None = None) -> int | None:
+    """The version of the commit whose commitInfo carries ``run_id``, or ``None``.
+
+    With ``after_version`` only the versions after it are read (none when the table is still
+    there); without, the most recent commits are searched, as by :func:`find_commit`.
+    """
+    if after_version is not None:
+        windows: tuple[int, ...] = (table.version() - after_version,)
+    else:
+        windows = _HISTORY_WINDOWS
+    for window in windows:
+        if window <= 0:
+            return None
+        for info in table.history(limit=window):
+            if info.get(COMMIT_RUN_ID) == run_id:
+                return int(info["version"])
+        if table.version() < window:
+            break
+    return None
 
 
 def _relative(path: str, location: TableLocation) -> str:
