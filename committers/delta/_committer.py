@@ -59,6 +59,7 @@ from committers.delta._table import (
     COMMIT_WRITER,
     CommitRecord,
     added_paths,
+    delete_files,
     find_commit,
     find_run,
     removal_path,
@@ -712,29 +713,17 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             manifests = {m: f for m, f in manifests.items() if is_run_manifest(m, epoch)}
         orphans = set().union(*(m.files for m in manifests.values())) - committed_files
         fs = self._location.filesystem()
-        _delete(fs, [self._location.path(relative) for relative in sorted(orphans)])
+        delete_files(fs, [self._location.path(relative) for relative in sorted(orphans)])
         crash_point("clean_up", epoch.epoch_id)
         abort_incomplete_uploads(self._location, orphans)  # of attempts killed mid-upload
         for directory in set().union(*(m.directories for m in manifests.values())):
             _remove_empty_directories(self._location, directory)
-        _delete(fs, sorted(manifests))
+        delete_files(fs, sorted(manifests))
         _remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
 
     def abort(self, epoch: Epoch) -> None:
         """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
         self.clean_up(epoch)
-
-
-def _delete(fs: Any, paths: list[str]) -> None:
-    """Delete ``paths`` (one batched request on object stores); missing ones are fine."""
-    if not paths:
-        return
-    try:
-        fs.rm(paths)
-    except FileNotFoundError:
-        for path in paths:
-            with contextlib.suppress(FileNotFoundError):
-                fs.rm(path)
 
 
 def _described(epoch: Epoch) -> str:

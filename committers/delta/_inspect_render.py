@@ -1,5 +1,6 @@
-"""Rendering an inspect or remove-orphans report: as text for people, or as one JSON document
-(keys as in the dataclasses of ``_inspect.py``; see ``docs/inspect.md``)."""
+"""Rendering an inspect, remove-orphans or vacuum report: as text for people, or as one JSON
+document (keys as in the dataclasses of ``_inspect.py`` and ``_vacuum.py``; see
+``docs/inspect.md``)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from committers.delta._inspect import (
     ProtocolSection,
     Settings,
 )
+from committers.delta._vacuum import VacuumReport
 
-__all__ = ["render_json", "render_orphans_text", "render_text"]
+__all__ = ["render_json", "render_orphans_text", "render_text", "render_vacuum_text"]
 
 _TEXT_LEFTOVER_LINES = 20
 
 
-def render_json(report: InspectReport | OrphanReport) -> str:
+def render_json(report: InspectReport | OrphanReport | VacuumReport) -> str:
     """The report as one JSON document (keys as in the dataclasses, see docs/inspect.md)."""
     return json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False) + "\n"
 
@@ -175,6 +177,29 @@ def _text_settings(settings: Settings, configuration: Mapping[str, str]) -> str:
     others = {k: v for k, v in configuration.items() if k not in notable}
     lines.extend(f"  {key:<{width}}  {value}" for key, value in others.items())
     return "\n".join(lines)
+
+
+def render_vacuum_text(report: VacuumReport) -> str:
+    """What vacuum would delete (dry run) or deleted, one file per line with its kind."""
+    found = f"{_files_count(report.count)} ({_size(report.bytes)})"
+    retention = _age(report.retention_seconds)
+    if report.dry_run:
+        head = (
+            f"DRY RUN, nothing deleted. Would delete {found} from {report.table}: removed from "
+            f"the table or referenced by no version, more than {retention} ago "
+            f"(the table's delta.deletedFileRetentionDuration: "
+            f"{_age(report.table_retention_seconds)})."
+        )
+    else:
+        head = f"Deleted {found} from {report.table} (retention {retention})."
+    lines = [head]
+    lines.extend(f"  {_size(f.bytes):>10}  {f.kind:<12}  {f.path}" for f in report.files)
+    if report.log_versions:
+        shown = ", ".join(str(v) for v in report.log_versions)
+        lines.append(f"Recorded in the log: VACUUM START / VACUUM END, versions {shown}.")
+    if report.dry_run and report.count:
+        lines.append("Run again with --yes to delete them.")
+    return "\n".join(lines) + "\n"
 
 
 def render_orphans_text(report: OrphanReport) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "SchemaMode",
     "check_column_names",
     "check_partition_columns",
+    "hive_escape",
     "merge_schemas",
     "normalize_schema",
     "nullable_nested",
@@ -306,7 +307,8 @@ _HIVE_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
-def _hive_escape(text: str) -> str:
+def hive_escape(text: str) -> str:
+    """``text`` as a Hive partition directory spells it (``%XX`` for unsafe characters)."""
     return "".join(c if c in _HIVE_SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
 
 
@@ -315,5 +317,5 @@ def partition_dir(partition_by: Sequence[str], values: dict[str, str | None]) ->
     parts = []
     for name in partition_by:
         value = values[name]
-        parts.append(f"{_hive_escape(name)}={HIVE_NULL if value is None else _hive_escape(value)}")
+        parts.append(f"{hive_escape(name)}={HIVE_NULL if value is None else hive_escape(value)}")
     return "/".join(parts)

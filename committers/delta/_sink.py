@@ -50,6 +50,7 @@ from committers.delta._upsert import (
     classic_session,
     plan_upsert,
 )
+from committers.delta._vacuum import vacuum_table
 from committers.delta._writer import DeltaStagingWriter
 from framework._foreign_options import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
@@ -483,6 +484,45 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             dry_run=dry_run,
             unsafe_allow_short_retention=unsafe_allow_short_retention,
         )
+
+    def vacuum(
+        self,
+        *,
+        retention: datetime.timedelta | None = None,
+        dry_run: bool = True,
+        unsafe_allow_short_retention: bool = False,
+    ) -> list[str]:
+        """Delete the files the table no longer needs, as delta-spark's ``VACUUM`` does;
+        return their paths relative to the table root. **A dry run by default**: pass
+        ``dry_run=False`` to delete.
+
+        Deleted: files the table removed (an overwrite, an upsert, a compaction) longer ago
+        than ``retention``, and files no version references (what :meth:`remove_orphan_files`
+        deletes), each also older than ``retention``. Every version within ``retention`` stays
+        readable (time travel), files of the current version are never deleted, and the
+        removal of files the snapshot lists as removed is recorded in the log
+        (``VACUUM START``/``VACUUM END``). See ``committers.delta._vacuum``.
+
+        Args:
+            retention: default: the table's ``delta.deletedFileRetentionDuration`` (7 days if
+                not set).
+            dry_run: only list (the default).
+            unsafe_allow_short_retention: allow a retention shorter than the table's, or than
+                one hour: only when nothing reads older versions and no writer is running.
+
+        Raises:
+            NotATableError: no Delta table at the sink's location.
+            ConfigurationError: a retention the table forbids, without the override.
+            DestinationError: a table with deletion vectors or v2 checkpoints, or storage
+                errors.
+        """
+        report = vacuum_table(
+            self.location,
+            retention_seconds=None if retention is None else retention.total_seconds(),
+            dry_run=dry_run,
+            unsafe_allow_short_retention=unsafe_allow_short_retention,
+        )
+        return [f.path for f in report.files]
 
     def compact(
         self,
