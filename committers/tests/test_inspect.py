@@ -463,7 +463,7 @@ def test_usage_errors_exit_2(args, capsys):
 
 def test_a_retention_below_an_hour_is_refused_with_the_flag_to_allow_it(tmp_path, capsys):
     uri = two_app_table(tmp_path)
-    assert main(["vacuum", uri, "--retention", "30m"]) == 2
+    assert main(["remove-orphans", uri, "--retention", "30m"]) == 2
     err = capsys.readouterr().err
     assert "retention of 1800s is shorter than 3600s" in err
     assert err.endswith("(on the command line: --unsafe-allow-short-retention)\n")
@@ -495,7 +495,7 @@ def test_remove_orphans_is_a_dry_run_until_yes_then_deletes_exactly_those(tmp_pa
         "files": [{"path": p, "bytes": (Path(uri) / p).stat().st_size} for p in expected],
     }
     assert files_on_disk(uri) == before
-    assert main(["vacuum", uri, "--retention", "2d"]) == 0
+    assert main(["remove-orphans", uri, "--retention", "2d"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"DRY RUN, nothing deleted. Would delete {len(expected)} files (")
     assert text.endswith("Run again with --yes to delete them.\n")
