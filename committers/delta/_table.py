@@ -263,7 +263,8 @@ def _file_actions(location: TableLocation) -> Iterator[tuple[str, dict[str, Any]
     """``("add" | "remove", action)`` for every file action in the commits and checkpoints
     still in the log (the ones any reconstructable version is made of)."""
     fs = location.filesystem()
-    for entry in fs.ls(location.path("_delta_log"), detail=False):
+    # refresh: a cached listing (s3fs keeps one per process) would miss the newest commits
+    for entry in fs.ls(location.path("_delta_log"), detail=False, refresh=True):
         name = entry.rsplit("/", 1)[-1]
         if name.endswith(".json") and name[:20].isdigit():
             with fs.open(entry, "rb") as src:

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, Field, Schema, write_deltalake
-from deltalake.transaction import RemoveAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta import DeltaSink
 from committers.delta._inspect_cli import main
@@ -26,6 +27,7 @@ from committers.tests._delta_helpers import committed_files, data_files_on_disk
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError, DestinationError, NotATableError
+from integration_tests._s3server import S3Server
 
 DAY = 86400
 ZERO = datetime.timedelta(0)
@@ -250,3 +252,85 @@ def test_the_vacuum_command_is_a_dry_run_unless_told_and_differs_from_remove_orp
     assert len(report["log_versions"]) == 2  # B's tombstone: delta-rs deleted it and logged it
     assert _everything_on_disk(uri) == before - {files["A"], files["B"]}
     assert _rows(uri) == _duckdb(uri) == [{"id": 3}]
+
+
+# -- on S3 ----------------------------------------------------------------------------------
+
+
+def test_vacuum_on_s3_deletes_the_removed_file_and_records_it(s3: S3Server, bucket: str):
+    uri = f"s3://{bucket}/vacuum-{time.time_ns()}"
+    options = s3.storage_options()
+    for ids in ([0, 1], [2]):
+        write_deltalake(uri, pa.table({"id": ids}), mode="append", storage_options=options)
+    table = DeltaTable(uri, storage_options=options)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    first = next(action for action in actions if action["num_records"] == 2)
+    table.create_write_transaction(
+        [RemoveAction(first["path"], True, int(time.time() * 1000), first["size_bytes"])],
+        mode="append",
+        schema=table.schema(),
+    )
+    sink = DeltaSink(uri, storage_options=options)
+    assert sink.vacuum() == []  # removed just now: the table keeps it a week
+    forced = {"retention": ZERO, "unsafe_allow_short_retention": True}
+    assert sink.vacuum(**forced) == [first["path"]]
+    assert sink.vacuum(**forced, dry_run=False) == [first["path"]]
+    assert sink.vacuum(**forced, dry_run=False) == []  # the file is gone
+    location = TableLocation.of(uri, options)
+    fs = location.filesystem()
+    fs.invalidate_cache()
+    assert not fs.exists(location.path(first["path"]))
+    history = DeltaTable(uri, storage_options=options).history(2)
+    assert [h["operation"] for h in history] == ["VACUUM END", "VACUUM START"]
+    assert DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist() == [{"id": 2}]
+
+
+def test_a_removal_made_after_an_earlier_vacuum_in_the_process_is_seen(s3: S3Server, bucket: str):
+    """s3fs keeps directory listings per process: the log must be listed afresh, or a file
+    removed after the first listing would look unreferenced and be deleted within the
+    retention."""
+    uri = f"s3://{bucket}/vacuum-cache-{time.time_ns()}"
+    options = s3.storage_options()
+    for ids in ([0, 1], [2]):
+        write_deltalake(uri, pa.table({"id": ids}), mode="append", storage_options=options)
+    sink = DeltaSink(uri, storage_options=options)
+    time.sleep(3)  # the files are now older than a two-second retention
+    short = {"retention": datetime.timedelta(seconds=2), "unsafe_allow_short_retention": True}
+    assert sink.vacuum(**short) == []  # lists the log once
+    table = DeltaTable(uri, storage_options=options)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    first = next(action for action in actions if action["num_records"] == 2)
+    table.create_write_transaction(
+        [RemoveAction(first["path"], True, int(time.time() * 1000), first["size_bytes"])],
+        mode="append",
+        schema=table.schema(),
+    )
+    assert sink.vacuum(**short, dry_run=False) == []  # removed just now: within the retention
+    assert DeltaTable(uri, storage_options=options, version=1).to_pyarrow_table().num_rows == 3
+
+
+def test_remove_orphans_sees_a_commit_made_after_its_earlier_listing(s3: S3Server, bucket: str):
+    """The same fresh listing of the log protects remove_orphan_files: a file committed after
+    an earlier call in the process is referenced, not an orphan."""
+    uri = f"s3://{bucket}/orphans-cache-{time.time_ns()}"
+    options = s3.storage_options()
+    write_deltalake(uri, pa.table({"id": [0]}), storage_options=options)
+    location = TableLocation.of(uri, options)
+    fs = location.filesystem()
+    staged = "part-late.parquet"  # a file staged by a writer that commits it later
+    with fs.open(location.path(staged), "wb") as out:
+        pq.write_table(pa.table({"id": [1]}), out)
+    time.sleep(3)
+    sink = DeltaSink(uri, storage_options=options)
+    short = {"retention": datetime.timedelta(seconds=2), "unsafe_allow_short_retention": True}
+    assert sink.remove_orphan_files(**short, dry_run=True) == [staged]  # lists the log once
+    table = DeltaTable(uri, storage_options=options)
+    size = fs.size(location.path(staged))
+    table.create_write_transaction(
+        [AddAction(staged, size, {}, int(time.time() * 1000), True, '{"numRecords": 1}')],
+        mode="append",
+        schema=table.schema(),
+    )
+    assert sink.remove_orphan_files(**short) == []
+    ids = DeltaTable(uri, storage_options=options).to_pyarrow_table()["id"].to_pylist()
+    assert sorted(ids) == [0, 1]
