@@ -166,6 +166,28 @@ def test_retention_keeps_what_versions_within_it_read_and_deletes_what_delta_rs_
     assert _duckdb(uri) == rows[4] == [{"id": 3}]
 
 
+def test_partition_directories_named_with_an_underscore_are_cleaned_too(tmp_path, capsys):
+    """``_x=a/`` is the table's partition directory for a column ``_x``, not a hidden one: an
+    orphan there is found by inspect and deleted by remove_orphan_files; other ``_``
+    directories stay untouched."""
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": [1], "_x": ["a"]}), partition_by=["_x"])
+    root = Path(uri)
+    for orphan in ("_x=a/crashed.parquet", "_other/kept.parquet"):
+        (root / orphan).parent.mkdir(exist_ok=True)
+        (root / orphan).write_bytes(b"left by a crashed writer")
+        _age(root / orphan, 3 * DAY)
+    assert main(["inspect", uri, "--json"]) == 0
+    leftovers = json.loads(capsys.readouterr().out)["staged_leftovers"]["entries"]
+    assert [(e["path"], e["kind"]) for e in leftovers] == [("_x=a/crashed.parquet", "unreferenced")]
+    sink = DeltaSink(uri)
+    assert sink.remove_orphan_files(retention=datetime.timedelta(days=1)) == [
+        "_x=a/crashed.parquet"
+    ]
+    assert (root / "_other/kept.parquet").exists()
+    assert _rows(uri) == _duckdb(uri) == [{"id": 1, "_x": "a"}]
+
+
 def test_short_retentions_are_refused_unless_forced(tmp_path):
     files = _table_with_history(tmp_path)
     location = TableLocation.of(files["uri"])
