@@ -700,6 +700,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         )
         committed, committed_files = self._committed_files(epoch)
         self._committed_paths.pop(_key(epoch), None)
+        self._read_before.pop(_key(epoch), None)
         if not manifests:
             return
         if committed_files is None:

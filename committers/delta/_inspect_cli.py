@@ -183,22 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 app_history=args.app_history,
             )
             output = render_json(report) if args.json else render_text(report)
-        elif args.command == "vacuum":
-            vacuumed = vacuum_table(
-                location,
-                retention_seconds=args.retention,
-                dry_run=not args.delete,
-                unsafe_allow_short_retention=args.unsafe_allow_short_retention,
-            )
-            output = render_json(vacuumed) if args.json else render_vacuum_text(vacuumed)
         else:
-            orphans = list_orphans(
-                location,
-                retention_seconds=args.retention,
-                dry_run=not args.delete,
-                unsafe_allow_short_retention=args.unsafe_allow_short_retention,
-            )
-            output = render_json(orphans) if args.json else render_orphans_text(orphans)
+            output = _clean(args, location)
     except ConfigurationError as err:
         print(f"{parser.prog}: error: {err}{_cli_hint(args, err)}", file=sys.stderr)
         return 2
@@ -207,6 +193,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     sys.stdout.write(output)
     return 0
+
+
+def _clean(args: argparse.Namespace, location: TableLocation) -> str:
+    """Run ``vacuum`` or ``remove-orphans``; their report as the output."""
+    options = {
+        "retention_seconds": args.retention,
+        "dry_run": not args.delete,
+        "unsafe_allow_short_retention": args.unsafe_allow_short_retention,
+    }
+    if args.command == "vacuum":
+        vacuumed = vacuum_table(location, **options)
+        return render_json(vacuumed) if args.json else render_vacuum_text(vacuumed)
+    orphans = list_orphans(location, **options)
+    return render_json(orphans) if args.json else render_orphans_text(orphans)
 
 
 def _cli_hint(args: argparse.Namespace, err: ConfigurationError) -> str:

@@ -192,14 +192,11 @@ def render_vacuum_text(report: VacuumReport) -> str:
         )
     else:
         head = f"Deleted {found} from {report.table} (retention {retention})."
-    lines = [head]
-    lines.extend(f"  {_size(f.bytes):>10}  {f.kind:<12}  {f.path}" for f in report.files)
+    rows = [f"  {_size(f.bytes):>10}  {f.kind:<12}  {f.path}" for f in report.files]
     if report.log_versions:
         shown = ", ".join(str(v) for v in report.log_versions)
-        lines.append(f"Recorded in the log: VACUUM START / VACUUM END, versions {shown}.")
-    if report.dry_run and report.count:
-        lines.append("Run again with --yes to delete them.")
-    return "\n".join(lines) + "\n"
+        rows.append(f"Recorded in the log: VACUUM START / VACUUM END, versions {shown}.")
+    return _deletion_text(head, rows, ask_for_yes=report.dry_run and report.count > 0)
 
 
 def render_orphans_text(report: OrphanReport) -> str:
@@ -212,9 +209,13 @@ def render_orphans_text(report: OrphanReport) -> str:
         )
     else:
         head = f"Deleted {found} from {report.table}."
-    lines = [head]
-    lines.extend(f"  {_size(f.bytes):>10}  {f.path}" for f in report.files)
-    if report.dry_run and report.count:
+    rows = [f"  {_size(f.bytes):>10}  {f.path}" for f in report.files]
+    return _deletion_text(head, rows, ask_for_yes=report.dry_run and report.count > 0)
+
+
+def _deletion_text(head: str, rows: list[str], *, ask_for_yes: bool) -> str:
+    lines = [head, *rows]
+    if ask_for_yes:
         lines.append("Run again with --yes to delete them.")
     return "\n".join(lines) + "\n"
 

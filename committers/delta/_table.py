@@ -189,6 +189,19 @@ class CommitRecord:
     run_id: str | None
 
 
+def _recent_history(
+    table: DeltaTable, windows: tuple[int, ...] = _HISTORY_WINDOWS
+) -> Iterator[dict[str, Any]]:
+    """The commitInfos of the newest commits, newest first: the newest ``windows[0]``, then
+    (each time from the newest again) the next window, until the history ends."""
+    for window in windows:
+        if window <= 0:
+            return
+        yield from table.history(limit=window)
+        if table.version() < window:
+            return
+
+
 def find_commit(
     table: DeltaTable, app_id: str, epoch_id: int
 ) -> tuple[CommitRecord | None, CommitRecord | None]:
@@ -198,21 +211,18 @@ def find_commit(
     recent commits are searched (recovery paths only need those).
     """
     newest: CommitRecord | None = None
-    for window in _HISTORY_WINDOWS:
-        for info in table.history(limit=window):
-            if info.get(COMMIT_APP_ID) != app_id:
-                continue
-            record = CommitRecord(
-                version=int(info["version"]),
-                epoch_id=int(info[COMMIT_EPOCH_ID]) if COMMIT_EPOCH_ID in info else None,
-                writer_identity=info.get(COMMIT_WRITER),
-                run_id=info.get(COMMIT_RUN_ID),
-            )
-            newest = newest or record
-            if record.epoch_id == epoch_id:
-                return record, newest
-        if table.version() < window:
-            break
+    for info in _recent_history(table):
+        if info.get(COMMIT_APP_ID) != app_id:
+            continue
+        record = CommitRecord(
+            version=int(info["version"]),
+            epoch_id=int(info[COMMIT_EPOCH_ID]) if COMMIT_EPOCH_ID in info else None,
+            writer_identity=info.get(COMMIT_WRITER),
+            run_id=info.get(COMMIT_RUN_ID),
+        )
+        newest = newest or record
+        if record.epoch_id == epoch_id:
+            return record, newest
     return None, newest
 
 
@@ -222,18 +232,10 @@ def find_run(table: DeltaTable, run_id: str, *, after_version: int | None = None
     With ``after_version`` only the versions after it are read (none when the table is still
     there); without, the most recent commits are searched, as by :func:`find_commit`.
     """
-    if after_version is not None:
-        windows: tuple[int, ...] = (table.version() - after_version,)
-    else:
-        windows = _HISTORY_WINDOWS
-    for window in windows:
-        if window <= 0:
-            return None
-        for info in table.history(limit=window):
-            if info.get(COMMIT_RUN_ID) == run_id:
-                return int(info["version"])
-        if table.version() < window:
-            break
+    windows = _HISTORY_WINDOWS if after_version is None else (table.version() - after_version,)
+    for info in _recent_history(table, windows):
+        if info.get(COMMIT_RUN_ID) == run_id:
+            return int(info["version"])
     return None
 
 

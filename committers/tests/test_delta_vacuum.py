@@ -279,11 +279,13 @@ def test_the_vacuum_command_is_a_dry_run_unless_told_and_differs_from_remove_orp
 # -- on S3 ----------------------------------------------------------------------------------
 
 
-def test_vacuum_on_s3_deletes_the_removed_file_and_records_it(s3: S3Server, bucket: str):
-    uri = f"s3://{bucket}/vacuum-{time.time_ns()}"
-    options = s3.storage_options()
+def _two_appends(uri: str, options: dict[str, str]) -> None:
     for ids in ([0, 1], [2]):
         write_deltalake(uri, pa.table({"id": ids}), mode="append", storage_options=options)
+
+
+def _remove_the_first_file(uri: str, options: dict[str, str]) -> dict:
+    """Commit a remove (now) of the file with ids 0 and 1; returns its add action."""
     table = DeltaTable(uri, storage_options=options)
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     first = next(action for action in actions if action["num_records"] == 2)
@@ -292,6 +294,14 @@ def test_vacuum_on_s3_deletes_the_removed_file_and_records_it(s3: S3Server, buck
         mode="append",
         schema=table.schema(),
     )
+    return first
+
+
+def test_vacuum_on_s3_deletes_the_removed_file_and_records_it(s3: S3Server, bucket: str):
+    uri = f"s3://{bucket}/vacuum-{time.time_ns()}"
+    options = s3.storage_options()
+    _two_appends(uri, options)
+    first = _remove_the_first_file(uri, options)
     sink = DeltaSink(uri, storage_options=options)
     assert sink.vacuum() == []  # removed just now: the table keeps it a week
     forced = {"retention": ZERO, "unsafe_allow_short_retention": True}
@@ -313,20 +323,12 @@ def test_a_removal_made_after_an_earlier_vacuum_in_the_process_is_seen(s3: S3Ser
     retention."""
     uri = f"s3://{bucket}/vacuum-cache-{time.time_ns()}"
     options = s3.storage_options()
-    for ids in ([0, 1], [2]):
-        write_deltalake(uri, pa.table({"id": ids}), mode="append", storage_options=options)
+    _two_appends(uri, options)
     sink = DeltaSink(uri, storage_options=options)
     time.sleep(3)  # the files are now older than a two-second retention
     short = {"retention": datetime.timedelta(seconds=2), "unsafe_allow_short_retention": True}
     assert sink.vacuum(**short) == []  # lists the log once
-    table = DeltaTable(uri, storage_options=options)
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-    first = next(action for action in actions if action["num_records"] == 2)
-    table.create_write_transaction(
-        [RemoveAction(first["path"], True, int(time.time() * 1000), first["size_bytes"])],
-        mode="append",
-        schema=table.schema(),
-    )
+    _remove_the_first_file(uri, options)
     assert sink.vacuum(**short, dry_run=False) == []  # removed just now: within the retention
     assert DeltaTable(uri, storage_options=options, version=1).to_pyarrow_table().num_rows == 3
 
