@@ -354,7 +354,8 @@ class TwoPhaseSink:
                 and was never committed (use a new app id for a new job, e.g. a backfill).
             InputError, DestinationError, CommitError: nothing is committed and every staged
                 file is removed, except for ``CommitStateUnknownError`` (the commit may have
-                landed; re-running with the same ``epoch_id`` reconciles it).
+                landed; re-running with the same ``epoch_id`` reconciles it; a write without an
+                app id cannot be recognised when run again: the message says how to check).
         """
         refuse_unknown_options(
             "write", unknown, _SPARK_WRITER_SPELLINGS, ("epoch_id", "user_metadata")
