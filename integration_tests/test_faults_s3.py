@@ -96,3 +96,33 @@ def test_commit_whose_response_is_lost_is_reconciled_not_repeated(spark, table: 
     assert table.delta().transaction_version("lost:write") == 0
     assert table.ids() == list(range(500))
     table.assert_no_orphans()
+
+
+def test_a_write_without_app_id_whose_commit_response_is_lost_is_found_by_its_run_id(
+    spark, table: S3Table
+) -> None:
+    """An append without app id records no txn; its log entry's PUT lands but the answer is
+    lost. delta-rs's retried PUT gets 412: told not to rebase, it reports a conflict instead of
+    committing the same files again on the next version, and the committer finds the commit by
+    its run id."""
+    df = spark.range(0, 500, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as day")
+    sink = TwoPhaseSink(DeltaSink(table.uri, partition_by=["day"], storage_options=table.options))
+    sink.write(df.where("id < 100"))  # creates the table
+    with FaultProxy(
+        table.server.endpoint,
+        fault_rate=1.0,
+        methods=("PUT",),
+        kinds=("drop_after",),
+        path_pattern=r"/_delta_log/0{19}1\.json",  # the append
+        max_faults=1,
+    ) as proxy:
+        options = {**table.options, "AWS_ENDPOINT_URL": proxy.endpoint}
+        one_off = TwoPhaseSink(DeltaSink(table.uri, storage_options=options))
+        metrics = one_off.write(df.where("id >= 100"))
+        assert proxy.faults == {"drop_after": 1}
+
+    assert (metrics.status, metrics.rows, metrics.version) == ("committed", 400, 1)
+    assert table.delta().version() == 1  # exactly one commit of the append
+    assert table.ids() == list(range(500))
+    assert not [text for text in table.log_texts() if '"txn"' in text]
+    table.assert_no_orphans()

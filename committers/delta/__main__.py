@@ -1,4 +1,5 @@
-"""``python -m committers.delta inspect|remove-orphans TABLE_URI``: see ``docs/inspect.md``."""
+"""``python -m committers.delta inspect|vacuum|remove-orphans TABLE_URI``: see
+``docs/inspect.md``."""
 
 from committers.delta._inspect_cli import main
 

@@ -5,6 +5,15 @@ delta-rs does not skip replays by itself (see the project notes), so the committ
 table's txn version before staging and again on a fresh snapshot right before committing; the
 window between that check and the commit is covered by delta-rs's conflict detection, which makes
 exactly one of two racing commits of the same app id win.
+
+A one-off epoch (a bounded write without an app id, :attr:`Epoch.one_off`) can never be
+replayed, so its commit records no txn (one per such write would accumulate in the table's
+state forever, as delta-spark's plain ``df.write`` records none). What the txn does for other
+epochs is done by the run id in the commitInfo instead: an unknown commit outcome is reconciled
+by finding the run id in the commits made since the epoch was first checked, and the commit is
+made with ``max_commit_retries=0``, so delta-rs never rebases it past a commit it cannot tell
+is its own (an internal retry of a PUT that had landed): it lands on exactly the version after
+the snapshot it read, or fails and is reconciled, then retried on a fresh snapshot.
 """
 
 from __future__ import annotations
@@ -38,7 +47,13 @@ from committers.delta._replace_rewrite import replace_rows
 from committers.delta._replace_where import FileClassifier, ReplaceWhere, with_replace_where
 from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._rules import TableShape, WritePlan, new_table_schema, plan_write
-from committers.delta._schema import SchemaMode, merge_schemas, serialize_partition_value
+from committers.delta._schema import (
+    SINK_SPELLING,
+    OptionSpelling,
+    SchemaMode,
+    merge_schemas,
+    serialize_partition_value,
+)
 from committers.delta._staging import (
     STAGING_DIR,
     epoch_staging_dir,
@@ -54,7 +69,9 @@ from committers.delta._table import (
     COMMIT_WRITER,
     CommitRecord,
     added_paths,
+    delete_files,
     find_commit,
+    find_run,
     removal_path,
 )
 from committers.delta._upload import abort_incomplete_uploads
@@ -74,6 +91,10 @@ __all__ = ["DeltaGlobalCommitter"]
 log = logging.getLogger("committers.delta")
 
 COMMIT_BACKOFF = Backoff(max_attempts=5, initial_delay=0.2, max_delay=5.0, deadline=60.0)
+#: A one-off epoch's append lands exactly on top of the snapshot it read (see the module
+#: docstring): each commit another writer makes meanwhile costs it an attempt, where delta-rs
+#: would have rebased it (up to 15 times) on its own.
+ONE_OFF_BACKOFF = Backoff(max_attempts=16, initial_delay=0.05, max_delay=2.0, deadline=60.0)
 LOG_CLEANUP_EVERY = 100
 RECENT_HISTORY = 256  # commits searched for other writers' app ids (once per new checkpoint)
 
@@ -113,10 +134,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         replace_where: ReplaceWhere | None = None,
         rewrite_options: WriterOptions | None = None,
         staging: Staging = "auto",
+        spelling: OptionSpelling = SINK_SPELLING,
     ) -> None:
         """``rewrite_options``, ``staging``: how an overwrite whose ``replace_where`` reads
         data columns rewrites the files holding matching rows (see ``_replace_rewrite``)."""
         self._location = location
+        self._spelling = spelling  # how the errors of a re-check name options
         self._overwrite = overwrite
         self._replace_where = replace_where
         self._rewrite_options = rewrite_options or WriterOptions()
@@ -133,6 +156,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._versions: dict[tuple[str, str, int], int] = {}  # table version holding an epoch
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
+        # One-off epochs: the table version before this run could commit (-1: no table yet).
+        self._read_before: dict[tuple[str, str, int], int] = {}
         # Task attempts of this run whose every file was committed: their manifests need no read.
         self._committed_attempts: dict[tuple[str, str, int], set[int]] = {}
         # The staging of an upsert's epoch (with its redo) from combine() until its commit.
@@ -193,7 +218,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     # -- GlobalCommitter ------------------------------------------------------------------
 
     def is_committed(self, epoch: Epoch) -> bool:
-        held = self._holds(self.table(), epoch)
+        table = self.table()
+        if epoch.one_off:  # a fresh identity: where its commit could appear starts here
+            self._read_before[_key(epoch)] = -1 if table is None else table.version()
+        held = self._holds(table, epoch)
         crash_point("replay_check", epoch.epoch_id)
         if not held:
             self._checked_epoch = _key(epoch)
@@ -358,21 +386,33 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             commit_with_reconciliation(
                 attempt,
                 is_committed=lambda: self._holds(self.table(), epoch),
-                backoff=self._backoff,
-                description=f"commit of batch {epoch.epoch_id} of {epoch.app_id!r}",
+                backoff=ONE_OFF_BACKOFF if epoch.one_off else self._backoff,
+                description=f"commit of {_described(epoch)}",
             )
         except CommitStateUnknownError as err:
             if isinstance(err.__cause__, CommitFailedError):
                 # delta-rs refused the last attempt (its conditional PUT lost) and the txn
-                # confirmed nothing landed: a definite failure under contention, not "unknown".
+                # (or run id) confirmed nothing landed: a definite failure under contention.
                 raise CommitConflictError(
-                    f"batch {epoch.epoch_id} of app id {epoch.app_id!r} lost every commit race "
-                    f"on {self._location.uri}; nothing was committed and restarting is safe."
+                    f"{_described(epoch)} lost every commit race on {self._location.uri}; "
+                    "nothing was committed and "
+                    + ("writing it again" if epoch.one_off else "restarting")
+                    + " is safe."
                 ) from err.__cause__
+            if epoch.one_off:
+                advice = (
+                    f"Its commit would carry sink.runId={epoch.run_id!r} in its commitInfo "
+                    "(DeltaTable(...).history(), or python -m committers.delta inspect): if no "
+                    "commit does, write again; remove_orphan_files() deletes what it staged."
+                )
+            else:
+                advice = (
+                    "Restarting the query is safe: the batch is replayed, found in the table or "
+                    "committed once."
+                )
             raise CommitStateUnknownError(
-                f"could not establish whether batch {epoch.epoch_id} of app id "
-                f"{epoch.app_id!r} was committed to {self._location.uri}: {err}. Restarting the "
-                "query is safe: the batch is replayed, found in the table or committed once."
+                f"could not establish whether {_described(epoch)} was committed to "
+                f"{self._location.uri}: {err}. {advice}"
             ) from err.__cause__
         finally:
             self._checked_epoch = None
@@ -577,6 +617,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """
         if table is None:
             return False
+        if epoch.one_off:
+            return self._holds_run(table, epoch)
         last = table.transaction_version(epoch.app_id)
         if last is None or last < epoch.epoch_id:
             return False
@@ -589,6 +631,19 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         elif last != epoch.epoch_id:
             self._check_epoch_order(epoch, last, newest)
         log.info("batch %s of %r is already in the table", epoch.epoch_id, epoch.app_id)
+        return True
+
+    def _holds_run(self, table: DeltaTable, epoch: Epoch) -> bool:
+        """Whether a commit of this run of the one-off ``epoch`` is in ``table``: searched in
+        the versions after the one :meth:`is_committed` read (the recent history if it was not
+        asked)."""
+        key = _key(epoch)
+        version = find_run(table, epoch.run_id, after_version=self._read_before.get(key))
+        if version is None:
+            return False
+        self._versions[key] = version
+        self._committed_paths[key] = added_paths(self._location, version)
+        log.info("the write %s is already in the table (version %d)", epoch.run_id, version)
         return True
 
     def _check_epoch_order(self, epoch: Epoch, last: int, newest: CommitRecord | None) -> None:
@@ -652,6 +707,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             table.update_incremental()
             if table.version() == read_version + 1:
                 return read_version + 1  # nothing but our commit landed since the read
+            if epoch.one_off:
+                return find_run(table, epoch.run_id, after_version=read_version)
             record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
         except (DeltaError, OSError) as err:  # metrics only
             log.info("version of batch %s not read back: %s", epoch.epoch_id, err)
@@ -667,14 +724,20 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         deleted_rows: int | None = None,
     ) -> CommitProperties:
         """The txn that makes the commit idempotent; our keys, delta-spark's streaming
-        operation parameters and metrics, and the user's metadata in its commitInfo."""
+        operation parameters and metrics, and the user's metadata in its commitInfo. A one-off
+        epoch records no txn and of our keys only its run id (its app id is made up)."""
         epoch = committable.epoch
         files = committable.files
+        keys = {COMMIT_RUN_ID: epoch.run_id}
+        if not epoch.one_off:
+            keys = {
+                COMMIT_APP_ID: epoch.app_id,
+                COMMIT_EPOCH_ID: str(epoch.epoch_id),
+                COMMIT_WRITER: epoch.writer_identity,
+                **keys,
+            }
         metadata: dict[str, Any] = {
-            COMMIT_APP_ID: epoch.app_id,
-            COMMIT_EPOCH_ID: str(epoch.epoch_id),
-            COMMIT_WRITER: epoch.writer_identity,
-            COMMIT_RUN_ID: epoch.run_id,
+            **keys,
             # A replay check reads only txns; complete mode replaces what it read, an upsert
             # rewrites the files holding its keys.
             "isBlindAppend": epoch.output_mode == "append"
@@ -703,9 +766,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if user_metadata:
             metadata["userMetadata"] = user_metadata
         return CommitProperties(
-            app_transactions=[Transaction(epoch.app_id, epoch.epoch_id)],
+            app_transactions=None if epoch.one_off else [Transaction(epoch.app_id, epoch.epoch_id)],
             custom_metadata=metadata,
-            max_commit_retries=retries,
+            max_commit_retries=0 if epoch.one_off else retries,
         )
 
     def _create_with(self, committable: DeltaCommittable) -> bool:
@@ -748,7 +811,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
                 input can no longer be written at all.
         """
-        current = plan_write(shape, self._input_schema, self._schema_mode, self._location.uri)
+        current = plan_write(
+            shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
+        )
         if self._replace_where is not None:
             current, _ = with_replace_where(current, self._replace_where, self._location.uri)
         staged = self._plan
@@ -773,7 +838,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         shape = TableShape.of_table(table)
         current = shape.arrow_schema()
         merged = merge_schemas(
-            current, self._input_schema, self._schema_mode, shape.generated_columns
+            current, self._input_schema, self._schema_mode, shape.generated_columns, self._spelling
         )
         if len(merged) > len(current):
             new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
@@ -793,6 +858,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if known is not None:
             return True, known
         table = self.table()
+        if epoch.one_off:
+            if table is not None and self._holds_run(table, epoch):
+                return True, self._committed_paths[_key(epoch)]
+            return False, set()
         last = None if table is None else table.transaction_version(epoch.app_id)
         if table is None or last is None or last < epoch.epoch_id:
             return False, set()
@@ -815,6 +884,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         )
         committed, committed_files = self._committed_files(epoch)
         self._committed_paths.pop(_key(epoch), None)
+        self._read_before.pop(_key(epoch), None)
         if not manifests:
             return
         if committed_files is None:
@@ -828,12 +898,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             manifests = {m: f for m, f in manifests.items() if is_run_manifest(m, epoch)}
         orphans = set().union(*(m.files for m in manifests.values())) - committed_files
         fs = self._location.filesystem()
-        _delete(fs, [self._location.path(relative) for relative in sorted(orphans)])
+        delete_files(fs, [self._location.path(relative) for relative in sorted(orphans)])
         crash_point("clean_up", epoch.epoch_id)
         abort_incomplete_uploads(self._location, orphans)  # of attempts killed mid-upload
         for directory in set().union(*(m.directories for m in manifests.values())):
             _remove_empty_directories(self._location, directory)
-        _delete(fs, sorted(manifests))
+        delete_files(fs, sorted(manifests))
         _remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
 
     def abort(self, epoch: Epoch) -> None:
@@ -841,16 +911,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self.clean_up(epoch)
 
 
-def _delete(fs: Any, paths: list[str]) -> None:
-    """Delete ``paths`` (one batched request on object stores); missing ones are fine."""
-    if not paths:
-        return
-    try:
-        fs.rm(paths)
-    except FileNotFoundError:
-        for path in paths:
-            with contextlib.suppress(FileNotFoundError):
-                fs.rm(path)
+def _described(epoch: Epoch) -> str:
+    if epoch.one_off:
+        return f"the write {epoch.run_id} (without app id)"
+    return f"batch {epoch.epoch_id} of app id {epoch.app_id!r}"
 
 
 def _key(epoch: Epoch) -> tuple[str, str, int]:
@@ -865,9 +929,9 @@ def _operation_parameters(
 ) -> dict[str, str]:
     """delta-spark's STREAMING UPDATE parameters, or a replaceWhere's ``predicate`` as the
     text given (as delta-spark and delta-rs record a WRITE's; merged into delta-rs's own
-    ``mode``); an upsert's ``upsertKeys``."""
+    ``mode``); an upsert's ``upsertKeys``. A one-off epoch has no id."""
     if epoch.bounded:
-        parameters = {"epochId": str(epoch.epoch_id)}
+        parameters = {} if epoch.one_off else {"epochId": str(epoch.epoch_id)}
         if replace_where is not None:
             parameters["predicate"] = replace_where.text
     else:

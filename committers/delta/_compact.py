@@ -81,6 +81,7 @@ from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     ConfigurationError,
+    NotATableError,
     SinkError,
     StagingError,
 )
@@ -138,7 +139,7 @@ class CompactionResult:
     Attributes:
         version: the table version of the compaction commit; ``None`` when there was nothing
             to compact (nothing was written or committed).
-        read_version: the snapshot the files were planned from (``None``: no table).
+        read_version: the snapshot the files were planned from.
         files_removed: small files replaced (``dataChange=false`` removes).
         files_added: files written in their place (``dataChange=false`` adds).
         bytes_before: total size of the removed files.
@@ -147,7 +148,7 @@ class CompactionResult:
     """
 
     version: int | None
-    read_version: int | None
+    read_version: int
     files_removed: int = 0
     files_added: int = 0
     bytes_before: int = 0
@@ -210,6 +211,8 @@ def compact_table(
         ConfigurationError: ``target_file_size`` under 1 MiB, a ``partition_filter`` naming a
             column that is not a partition column, a Spark Connect session, or with
             ``staging="spark"`` storage Spark cannot write or NOT NULL fields inside structs.
+        NotATableError: there is no Delta table at ``location`` (nothing there, or files
+            without a ``_delta_log``); nothing is written.
         UnsupportedTableFeatureError: the table needs a writer feature the sink cannot honour,
             or uses deletion vectors or column mapping.
         CompactionConflictError: another commit removed a file being compacted (or changed the
@@ -227,10 +230,14 @@ def compact_table(
             "client does not have; run it in a classic session (or with delta-rs's "
             "DeltaTable.optimize.compact())."
         )
-    table = open_table(location)
+    table = None
+    with contextlib.suppress(NotATableError):  # files but no log: the same answer as below
+        table = open_table(location)
     if table is None:
-        log.warning("compaction of %s: there is no Delta table there, nothing to do", location.uri)
-        return CompactionResult(version=None, read_version=None)
+        raise NotATableError(
+            f"{location.uri} is not a Delta table (no _delta_log there): compaction rewrites "
+            "the files of an existing table. Check the path; nothing was written."
+        )
     shape = TableShape.of_table(table)
     layout = _check_compactable(shape, table, location.uri)
     if staging == "spark":

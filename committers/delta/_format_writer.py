@@ -12,8 +12,11 @@ Options (names as delta-spark spells them, case-insensitive):
                         Spark's JSON list)
 ``replaceWhere``        with ``mode("overwrite")``: replace only the rows it matches
 ``userMetadata``        text recorded with the commit
+``overwriteSchema``     refused when true: the writer never replaces a table's schema
 
-Every other option is a storage option of the table location (see ``_storage.py``).
+Every other option is a storage option of the table location (see ``_storage.py``). Errors
+name the format's own options (``.option("mergeSchema", "true")``, ``partitionBy``), not
+``DeltaSink``'s keyword arguments.
 
 Spark hands a Python data source its rows as they are, so the rules :class:`DeltaSink` runs
 as Spark SQL under ``TwoPhaseSink`` are checked here in Arrow instead: NOT NULL columns,
@@ -40,6 +43,7 @@ from committers.delta._delta_schema import ArrayType, DeltaField, MapType, Struc
 from committers.delta._format import FORMAT_NAME
 from committers.delta._replace_where import ReplaceWhere
 from committers.delta._rules import _MAX_MICROS, _MIN_MICROS, TableShape
+from committers.delta._schema import FORMAT_SPELLING
 from committers.delta._sink import DeltaSink
 from committers.delta._storage import TableLocation
 from framework.errors import (
@@ -66,6 +70,7 @@ WRITE_OPTIONS = (
     "replaceWhere",
     "userMetadata",
     "checkpointLocation",
+    "overwriteSchema",
 )
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no", ""})
@@ -73,6 +78,22 @@ _MIN_YEAR, _MAX_YEAR = 1, 9999
 _TXN_PAIR = (
     "options txnAppId and txnVersion go together: txnAppId names the job, txnVersion the run, "
     "and a run the table already records is skipped"
+)
+
+
+class FormatDeltaSink(DeltaSink):
+    """The :class:`DeltaSink` of a format write: the same checks, with errors that name the
+    format's options (``.option("mergeSchema", "true")``, ``partitionBy``)."""
+
+    option_spelling = FORMAT_SPELLING
+
+
+_OVERWRITE_SCHEMA = (
+    "option overwriteSchema is not supported: the {name} writer never replaces a table's "
+    "schema or partitioning (mode('overwrite') replaces its rows and keeps its schema). To add "
+    'the input\'s new columns, set .option("mergeSchema", "true"); to change column types or '
+    "the partitioning, write to a new table path (or replace the table with delta-rs: "
+    "deltalake.write_deltalake(path, data, mode='overwrite', schema_mode='overwrite'))."
 )
 
 
@@ -90,7 +111,7 @@ class WriteOptions:
     checkpoint: str | None
 
     def sink(self, overwrite: bool) -> DeltaSink:
-        return DeltaSink(
+        return FormatDeltaSink(
             self.location.uri,
             app_id=self.app_id,
             partition_by=self.partition_by,
@@ -115,6 +136,18 @@ def _partition_by(raw: object) -> tuple[str, ...]:
     if not all(isinstance(n, str) and n for n in names):
         raise ConfigurationError(f"option partitionBy must name columns, got {raw!r}")
     return tuple(names)
+
+
+def _flag(given: dict[str, Any], name: str) -> bool:
+    """Pop the boolean option ``name`` (keys of ``given`` are lower-case); absent is false.
+
+    Raises:
+        ConfigurationError: the value is not a boolean.
+    """
+    value = str(given.pop(name.lower(), "false")).strip().lower()
+    if value not in _TRUE | _FALSE:
+        raise ConfigurationError(f"option {name} must be true or false, got {value!r}")
+    return value in _TRUE
 
 
 def parse_write_options(options: Mapping[str, str], *, overwrite: bool) -> WriteOptions:
@@ -143,9 +176,9 @@ def parse_write_options(options: Mapping[str, str], *, overwrite: bool) -> Write
         txn_version = int(text)
     if txn_version is not None and app_id is None:
         raise ConfigurationError(_TXN_PAIR)
-    merge = str(given.pop("mergeschema", "false")).strip().lower()
-    if merge not in _TRUE | _FALSE:
-        raise ConfigurationError(f"option mergeSchema must be true or false, got {merge!r}")
+    merge = _flag(given, "mergeSchema")
+    if _flag(given, "overwriteSchema"):
+        raise ConfigurationError(_OVERWRITE_SCHEMA.format(name=FORMAT_NAME))
     replace_where = given.pop("replacewhere", None)
     if replace_where is not None and not overwrite:
         raise ConfigurationError("option replaceWhere needs mode('overwrite')")
@@ -163,7 +196,7 @@ def parse_write_options(options: Mapping[str, str], *, overwrite: bool) -> Write
         location,
         app_id,
         txn_version,
-        merge in _TRUE,
+        merge,
         partition_by,
         replace_where,
         user_metadata,
@@ -306,7 +339,8 @@ def batch_writer(
     """The writer of ``df.write.format("deltalake")`` (runs on the driver, before any task).
 
     With ``txnAppId``/``txnVersion`` the write is one epoch of that app id, skipped when the
-    table already records it; without, a one-off epoch of its own identity.
+    table already records it; without, a one-off epoch of its own identity, whose commit
+    records no txn (as delta-spark's plain ``df.write`` records none).
 
     Raises:
         ConfigurationError, SchemaMismatchError, ...: as :meth:`DeltaSink.prepare`, and for
@@ -326,6 +360,7 @@ def batch_writer(
             writer_identity=f"write-{app_id}",
             run_id=str(uuid.uuid4()),
             bounded=True,
+            one_off=True,  # nothing can replay it: its commit records no txn
         )
         return SinkBatchWriter(sink, epoch, check_batch=check)
     epoch = Epoch(

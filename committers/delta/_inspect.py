@@ -41,11 +41,13 @@ from committers.delta._table import (
     COMMIT_WRITER,
     file_mtime,
     is_data_file_candidate,
+    live_paths,
+    open_existing_table,
     plain_error_text,
     referenced_paths,
     remove_orphan_files,
 )
-from framework.errors import DestinationError, NotATableError
+from framework.errors import DestinationError
 
 __all__ = [
     "DEFAULT_APP_HISTORY",
@@ -56,7 +58,6 @@ __all__ = [
     "OrphanReport",
     "gather",
     "list_orphans",
-    "open_for_inspection",
 ]
 
 #: Bumped when a JSON key changes meaning or disappears (new keys may appear without a bump).
@@ -238,30 +239,6 @@ class InspectReport:
 # -- opening ----------------------------------------------------------------------------------
 
 
-def open_for_inspection(location: TableLocation) -> DeltaTable:
-    """The table at ``location``, at its latest version.
-
-    Raises:
-        NotATableError: there is no Delta log at the location (missing path included).
-        DestinationError: the storage cannot be read (endpoint, bucket, credentials).
-        ConfigurationError: the storage options cannot be resolved (e.g. an unknown profile).
-    """
-    uri, options = location.uri, location.delta_storage_options()
-    try:
-        if DeltaTable.is_deltatable(uri, storage_options=options):
-            return DeltaTable(uri, storage_options=options)
-    except (OSError, DeltaError) as err:
-        raise DestinationError(f"cannot read {uri}: {plain_error_text(err)}") from err
-    raise NotATableError(f"{uri} is not a Delta table: {_why_not_a_table(location)}")
-
-
-def _why_not_a_table(location: TableLocation) -> str:
-    with contextlib.suppress(OSError):
-        if not location.filesystem().exists(location.path()):
-            return "nothing exists at this path"
-    return "no _delta_log found there"
-
-
 # -- gathering --------------------------------------------------------------------------------
 
 
@@ -282,11 +259,11 @@ def gather(
         now: the time ages are measured from (seconds since the epoch; default: now).
 
     Raises:
-        NotATableError, DestinationError: see :func:`open_for_inspection`; also
+        NotATableError, DestinationError: see ``_table.open_existing_table``; also
             ``DestinationError`` when reading fails part way.
     """
     now = time.time() if now is None else now
-    table = open_for_inspection(location)
+    table = open_existing_table(location)
     try:
         return _gather(location, table, recent_commits, small_file_bytes, app_history, now)
     except (OSError, DeltaError) as err:
@@ -523,7 +500,8 @@ def _staged_leftovers(location: TableLocation, table: DeltaTable, now: float) ->
             with contextlib.suppress(FileNotFoundError):
                 for named in read_manifest(location, location.path(relative)).files:
                     owners.setdefault(named, owner)
-    data = {r for r in listing if is_data_file_candidate(r) or r in owners}
+    partitions = table.metadata().partition_columns
+    data = {r for r in listing if is_data_file_candidate(r, partitions) or r in owners}
     for relative in sorted(data - _referenced(location, table, data)):
         if relative in owners:
             entries.append(_leftover(relative, "staged", listing[relative], now, owners[relative]))
@@ -551,7 +529,7 @@ def _file_bytes(info: Mapping[str, Any]) -> int:
 def _referenced(location: TableLocation, table: DeltaTable, paths: set[str]) -> set[str]:
     """Which of ``paths`` some table version references. The current files answer most; the
     whole log (older versions, tombstones) is read only for the others."""
-    current = {unquote(p) for p in pa.table(table.get_add_actions()).column("path").to_pylist()}
+    current = live_paths(table, location)
     if paths <= current:
         return set(paths)
     return paths & (current | referenced_paths(location))
@@ -680,11 +658,11 @@ def list_orphans(
     Sizes are taken from a listing made just before, so deleted files still have theirs.
 
     Raises:
-        NotATableError, DestinationError: see :func:`open_for_inspection`; also when the table
-            uses features remove_orphan_files refuses (deletion vectors, v2 checkpoints).
+        NotATableError, DestinationError: see ``_table.open_existing_table``; also when the
+            table uses features remove_orphan_files refuses (deletion vectors, v2 checkpoints).
         ConfigurationError: a retention below an hour without ``unsafe_allow_short_retention``.
     """
-    open_for_inspection(location)
+    open_existing_table(location)
     try:
         sizes = {relative: _file_bytes(info) for relative, info in _listing(location).items()}
         paths = remove_orphan_files(

@@ -1,11 +1,13 @@
-"""``python -m committers.delta inspect|remove-orphans TABLE_URI``: the command line.
+"""``python -m committers.delta inspect|vacuum|remove-orphans TABLE_URI``: the command line.
 
 ``inspect`` prints one :class:`~committers.delta._inspect.InspectReport` as text or as one JSON
-document (see ``docs/inspect.md`` for its keys). ``remove-orphans`` (alias ``vacuum``) wraps
-:func:`~committers.delta._table.remove_orphan_files`, as a dry run unless told otherwise.
+document (see ``docs/inspect.md`` for its keys). ``vacuum`` runs
+:func:`~committers.delta._vacuum.vacuum_table` and ``remove-orphans``
+:func:`~committers.delta._table.remove_orphan_files`, each as a dry run unless told otherwise.
 
 Exit codes: 0 done; 1 the path is no Delta table, the storage cannot be read, or the table is
-one remove-orphans refuses; 2 bad arguments or options the sink would refuse.
+one vacuum / remove-orphans refuses; 2 bad arguments, options the sink would refuse, or a
+retention too short without its override.
 """
 
 from __future__ import annotations
@@ -22,10 +24,16 @@ from committers.delta._inspect import (
     gather,
     list_orphans,
 )
-from committers.delta._inspect_render import render_json, render_orphans_text, render_text
+from committers.delta._inspect_render import (
+    render_json,
+    render_orphans_text,
+    render_text,
+    render_vacuum_text,
+)
 from committers.delta._sink import DEFAULT_ORPHAN_RETENTION
 from committers.delta._storage import TableLocation
 from committers.delta._table import MIN_ORPHAN_RETENTION_SECONDS
+from committers.delta._vacuum import vacuum_table
 from framework.errors import ConfigurationError, SinkError
 
 __all__ = ["build_parser", "main", "parse_retention", "parse_size"]
@@ -104,35 +112,61 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--json", action="store_true", help="print one JSON document")
 
-    default_retention = DEFAULT_ORPHAN_RETENTION.total_seconds()
+    vacuum = commands.add_parser(
+        "vacuum",
+        help="delete files the table removed or never referenced, older than the retention "
+        "(dry run unless --yes)",
+    )
+    _cleaning_arguments(
+        vacuum,
+        default=None,
+        retention_help="only files removed (or written, if no version references them) longer "
+        "ago than this (default: the table's delta.deletedFileRetentionDuration, 7d if not "
+        "set; e.g. 36h, 3600s; a bare number is seconds; shorter than that or than 1h needs "
+        "--unsafe-allow-short-retention)",
+        override_help="allow a retention shorter than the table's, or than one hour (only "
+        "when nothing reads older versions and no writer is running)",
+    )
     clean = commands.add_parser(
         "remove-orphans",
-        aliases=["vacuum"],
-        help="delete unreferenced files older than the retention (dry run unless --yes)",
+        help="delete files no table version references, older than the retention (dry run "
+        "unless --yes)",
     )
-    clean.add_argument("table_uri", metavar="TABLE_URI")
-    clean.add_argument(
+    _cleaning_arguments(
+        clean,
+        default=DEFAULT_ORPHAN_RETENTION.total_seconds(),
+        retention_help="only files older than this (default 7d; e.g. 36h, 3600s; a bare "
+        "number is seconds; below 1h needs --unsafe-allow-short-retention)",
+        override_help="allow a retention below one hour (only when no writer is running)",
+    )
+    return parser
+
+
+def _cleaning_arguments(
+    command: argparse.ArgumentParser,
+    *,
+    default: float | None,
+    retention_help: str,
+    override_help: str,
+) -> None:
+    """The arguments ``vacuum`` and ``remove-orphans`` share."""
+    command.add_argument("table_uri", metavar="TABLE_URI")
+    command.add_argument(
         "--retention",
         type=parse_retention,
-        default=default_retention,
+        default=default,
         metavar="DURATION",
-        help="only files older than this (default 7d; e.g. 36h, 3600s; a bare number is "
-        "seconds; below 1h needs --unsafe-allow-short-retention)",
+        help=retention_help,
     )
-    clean.add_argument(
+    command.add_argument(
         "--yes",
         "--no-dry-run",
         dest="delete",
         action="store_true",
         help="really delete (the default is a dry run that only lists)",
     )
-    clean.add_argument(
-        "--unsafe-allow-short-retention",
-        action="store_true",
-        help="allow a retention below one hour (only when no writer is running)",
-    )
-    clean.add_argument("--json", action="store_true", help="print one JSON document")
-    return parser
+    command.add_argument("--unsafe-allow-short-retention", action="store_true", help=override_help)
+    command.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -150,15 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             output = render_json(report) if args.json else render_text(report)
         else:
-            orphans = list_orphans(
-                location,
-                retention_seconds=args.retention,
-                dry_run=not args.delete,
-                unsafe_allow_short_retention=args.unsafe_allow_short_retention,
-            )
-            output = render_json(orphans) if args.json else render_orphans_text(orphans)
+            output = _clean(args, location)
     except ConfigurationError as err:
-        print(f"{parser.prog}: error: {err}{_cli_hint(args)}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}{_cli_hint(args, err)}", file=sys.stderr)
         return 2
     except SinkError as err:
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
@@ -167,8 +195,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _cli_hint(args: argparse.Namespace) -> str:
+def _clean(args: argparse.Namespace, location: TableLocation) -> str:
+    """Run ``vacuum`` or ``remove-orphans``; their report as the output."""
+    options = {
+        "retention_seconds": args.retention,
+        "dry_run": not args.delete,
+        "unsafe_allow_short_retention": args.unsafe_allow_short_retention,
+    }
+    if args.command == "vacuum":
+        vacuumed = vacuum_table(location, **options)
+        return render_json(vacuumed) if args.json else render_vacuum_text(vacuumed)
+    orphans = list_orphans(location, **options)
+    return render_json(orphans) if args.json else render_orphans_text(orphans)
+
+
+def _cli_hint(args: argparse.Namespace, err: ConfigurationError) -> str:
     """The command-line spelling of the override a too short retention asks for."""
-    if args.command != "inspect" and args.retention < MIN_ORPHAN_RETENTION_SECONDS:
+    if args.command == "inspect" or args.unsafe_allow_short_retention:
+        return ""
+    if args.command == "vacuum" and "unsafe_allow_short_retention" in str(err):
+        return " (on the command line: --unsafe-allow-short-retention)"
+    if args.command == "remove-orphans" and args.retention < MIN_ORPHAN_RETENTION_SECONDS:
         return " (on the command line: --unsafe-allow-short-retention)"
     return ""

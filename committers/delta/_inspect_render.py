@@ -1,5 +1,6 @@
-"""Rendering an inspect or remove-orphans report: as text for people, or as one JSON document
-(keys as in the dataclasses of ``_inspect.py``; see ``docs/inspect.md``)."""
+"""Rendering an inspect, remove-orphans or vacuum report: as text for people, or as one JSON
+document (keys as in the dataclasses of ``_inspect.py`` and ``_vacuum.py``; see
+``docs/inspect.md``)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from committers.delta._inspect import (
     ProtocolSection,
     Settings,
 )
+from committers.delta._vacuum import VacuumReport
 
-__all__ = ["render_json", "render_orphans_text", "render_text"]
+__all__ = ["render_json", "render_orphans_text", "render_text", "render_vacuum_text"]
 
 _TEXT_LEFTOVER_LINES = 20
 
 
-def render_json(report: InspectReport | OrphanReport) -> str:
+def render_json(report: InspectReport | OrphanReport | VacuumReport) -> str:
     """The report as one JSON document (keys as in the dataclasses, see docs/inspect.md)."""
     return json.dumps(dataclasses.asdict(report), indent=2, ensure_ascii=False) + "\n"
 
@@ -177,6 +179,26 @@ def _text_settings(settings: Settings, configuration: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
+def render_vacuum_text(report: VacuumReport) -> str:
+    """What vacuum would delete (dry run) or deleted, one file per line with its kind."""
+    found = f"{_files_count(report.count)} ({_size(report.bytes)})"
+    retention = _age(report.retention_seconds)
+    if report.dry_run:
+        head = (
+            f"DRY RUN, nothing deleted. Would delete {found} from {report.table}: removed from "
+            f"the table or referenced by no version, more than {retention} ago "
+            f"(the table's delta.deletedFileRetentionDuration: "
+            f"{_age(report.table_retention_seconds)})."
+        )
+    else:
+        head = f"Deleted {found} from {report.table} (retention {retention})."
+    rows = [f"  {_size(f.bytes):>10}  {f.kind:<12}  {f.path}" for f in report.files]
+    if report.log_versions:
+        shown = ", ".join(str(v) for v in report.log_versions)
+        rows.append(f"Recorded in the log: VACUUM START / VACUUM END, versions {shown}.")
+    return _deletion_text(head, rows, ask_for_yes=report.dry_run and report.count > 0)
+
+
 def render_orphans_text(report: OrphanReport) -> str:
     """What remove-orphans would delete (dry run) or deleted, one file per line."""
     found = f"{_files_count(report.count)} ({_size(report.bytes)})"
@@ -187,9 +209,13 @@ def render_orphans_text(report: OrphanReport) -> str:
         )
     else:
         head = f"Deleted {found} from {report.table}."
-    lines = [head]
-    lines.extend(f"  {_size(f.bytes):>10}  {f.path}" for f in report.files)
-    if report.dry_run and report.count:
+    rows = [f"  {_size(f.bytes):>10}  {f.path}" for f in report.files]
+    return _deletion_text(head, rows, ask_for_yes=report.dry_run and report.count > 0)
+
+
+def _deletion_text(head: str, rows: list[str], *, ask_for_yes: bool) -> str:
+    lines = [head, *rows]
+    if ask_for_yes:
         lines.append("Run again with --yes to delete them.")
     return "\n".join(lines) + "\n"
 

@@ -38,6 +38,8 @@ from committers.delta._delta_schema import (
 )
 from committers.delta._protocol import TableFeatures
 from committers.delta._schema import (
+    SINK_SPELLING,
+    OptionSpelling,
     SchemaMode,
     merge_schemas,
     nullable_nested,
@@ -161,9 +163,14 @@ class WritePlan:
 
 
 def plan_write(
-    shape: TableShape, input_schema: pa.Schema, schema_mode: SchemaMode, table_uri: str
+    shape: TableShape,
+    input_schema: pa.Schema,
+    schema_mode: SchemaMode,
+    table_uri: str,
+    spelling: OptionSpelling = SINK_SPELLING,
 ) -> WritePlan:
-    """Plan writing input of ``input_schema`` into the table described by ``shape``.
+    """Plan writing input of ``input_schema`` into the table described by ``shape``; errors
+    name options as ``spelling`` spells them.
 
     Raises:
         UnsupportedTableFeatureError: the table needs a feature the sink cannot honour.
@@ -175,7 +182,9 @@ def plan_write(
         table_schema = shape.arrow_schema()
     except ValueError as err:  # a Delta type the sink has no spelling for (variant, ...)
         raise UnsupportedTypeError(f"table {table_uri} cannot be written: {err}") from err
-    merged = merge_schemas(table_schema, input_schema, schema_mode, shape.generated_columns)
+    merged = merge_schemas(
+        table_schema, input_schema, schema_mode, shape.generated_columns, spelling
+    )
     added = [f for f in merged if f.name not in shape.schema.names]
     if added and shape.column_mapping:
         raise SchemaMismatchError(

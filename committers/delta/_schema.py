@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import decimal
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -14,9 +15,13 @@ from committers.delta._delta_schema import parse_arrow_schema, spark_type
 from framework.errors import InvalidSchemaError, SchemaMismatchError, UnsupportedTypeError
 
 __all__ = [
+    "FORMAT_SPELLING",
+    "SINK_SPELLING",
+    "OptionSpelling",
     "SchemaMode",
     "check_column_names",
     "check_partition_columns",
+    "hive_escape",
     "merge_schemas",
     "normalize_schema",
     "nullable_nested",
@@ -26,6 +31,28 @@ __all__ = [
 ]
 
 SchemaMode = Literal["strict", "merge"]
+
+
+@dataclass(frozen=True)
+class OptionSpelling:
+    """How a writer's users spell the options an error's fix names: the checks are the same
+    whether ``DeltaSink`` or the ``"deltalake"`` format runs them, only the advice differs.
+
+    Attributes:
+        merge_schema: the words that ask for the input's new columns to be added.
+        partition_by: the name of the partition columns option.
+    """
+
+    merge_schema: str
+    partition_by: str
+
+
+#: ``DeltaSink``'s keyword arguments.
+SINK_SPELLING = OptionSpelling(merge_schema="pass schema_mode='merge'", partition_by="partition_by")
+#: The ``"deltalake"`` format's ``.option(...)`` names, as delta-spark spells them.
+FORMAT_SPELLING = OptionSpelling(
+    merge_schema='set .option("mergeSchema", "true")', partition_by="partitionBy"
+)
 
 
 def _normalize_type(t: pa.DataType) -> pa.DataType:
@@ -144,6 +171,7 @@ def merge_schemas(
     incoming: pa.Schema,
     mode: SchemaMode,
     computed: frozenset[str] = frozenset(),
+    spelling: OptionSpelling = SINK_SPELLING,
 ) -> pa.Schema:
     """Return the table schema after writing ``incoming`` under ``mode``.
 
@@ -155,7 +183,8 @@ def merge_schemas(
     nullable, spelled as in the input).
 
     Raises:
-        SchemaMismatchError: listing every difference, each with what fixes it.
+        SchemaMismatchError: listing every difference, each with what fixes it (options named
+            as ``spelling`` spells them).
     """
     table_fields = {f.name.lower(): f for f in table}
     incoming_fields = {f.name.lower(): f for f in incoming}
@@ -166,7 +195,7 @@ def merge_schemas(
             if mode != "merge":
                 problems.append(
                     f"column {f.name!r} ({_type_name(f.type)}) is not in the table: drop it "
-                    "from the input, or pass schema_mode='merge' to add it to the table"
+                    f"from the input, or {spelling.merge_schema} to add it to the table"
                 )
         elif _folded(existing.type) != _folded(f.type):
             problems.append(
@@ -224,8 +253,11 @@ def check_column_names(schema: pa.Schema) -> None:
         )
 
 
-def check_partition_columns(schema: pa.Schema, partition_by: Sequence[str]) -> None:
-    """Partition columns must exist, be of a primitive type and leave a data column.
+def check_partition_columns(
+    schema: pa.Schema, partition_by: Sequence[str], spelling: OptionSpelling = SINK_SPELLING
+) -> None:
+    """Partition columns must exist, be of a primitive type and leave a data column (errors
+    name the option as ``spelling`` does).
 
     Raises:
         SchemaMismatchError: a partition column is missing from the input.
@@ -236,7 +268,7 @@ def check_partition_columns(schema: pa.Schema, partition_by: Sequence[str]) -> N
         if name not in schema.names:
             raise SchemaMismatchError(
                 f"partition column {name!r} is not in the input (columns: "
-                f"{', '.join(schema.names)}). Add the column or change partition_by."
+                f"{', '.join(schema.names)}). Add the column or change {spelling.partition_by}."
             )
         t = schema.field(name).type
         if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
@@ -246,9 +278,9 @@ def check_partition_columns(schema: pa.Schema, partition_by: Sequence[str]) -> N
             )
     if partition_by and set(partition_by) >= set(schema.names):
         raise InvalidSchemaError(
-            f"partition_by={list(partition_by)} names every column of the input, which leaves "
-            "the data files without a column (Delta refuses that layout). Partition by fewer "
-            "columns."
+            f"{spelling.partition_by}={list(partition_by)} names every column of the input, "
+            "which leaves the data files without a column (Delta refuses that layout). "
+            "Partition by fewer columns."
         )
 
 
@@ -275,7 +307,8 @@ _HIVE_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
-def _hive_escape(text: str) -> str:
+def hive_escape(text: str) -> str:
+    """``text`` as a Hive partition directory spells it (``%XX`` for unsafe characters)."""
     return "".join(c if c in _HIVE_SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
 
 
@@ -284,5 +317,5 @@ def partition_dir(partition_by: Sequence[str], values: dict[str, str | None]) ->
     parts = []
     for name in partition_by:
         value = values[name]
-        parts.append(f"{_hive_escape(name)}={HIVE_NULL if value is None else _hive_escape(value)}")
+        parts.append(f"{hive_escape(name)}={HIVE_NULL if value is None else hive_escape(value)}")
     return "/".join(parts)

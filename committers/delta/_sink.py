@@ -6,7 +6,7 @@ import datetime
 import inspect
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +32,8 @@ from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
 from committers.delta._s3safety import verify_conditional_put
 from committers.delta._schema import (
+    SINK_SPELLING,
+    OptionSpelling,
     SchemaMode,
     check_column_names,
     check_partition_columns,
@@ -48,6 +50,7 @@ from committers.delta._upsert import (
     classic_session,
     plan_upsert,
 )
+from committers.delta._vacuum import vacuum_table
 from committers.delta._writer import DeltaStagingWriter
 from framework._foreign_options import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
@@ -174,6 +177,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
     Raises:
         ConfigurationError: an option is invalid (at construction, nothing written).
     """
+
+    #: How errors name this sink's options (the ``"deltalake"`` format's writer spells them
+    #: as ``.option(...)`` names).
+    option_spelling: ClassVar[OptionSpelling] = SINK_SPELLING
 
     def __init__(
         self,
@@ -324,19 +331,20 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         if table is None:
             spelled = {name.lower(): name for name in schema.names}  # names match ignoring case
             partition_by = [spelled.get(name.lower(), name) for name in self.partition_by]
-            check_partition_columns(schema, partition_by)
+            check_partition_columns(schema, partition_by, self.option_spelling)
             shape = TableShape.for_new_table(schema, partition_by)
         else:
             shape = TableShape.of_table(table)
             table_partitioning = [name.lower() for name in shape.partition_by]
             if self.partition_by and table_partitioning != [n.lower() for n in self.partition_by]:
+                option = self.option_spelling.partition_by
                 raise SchemaMismatchError(
                     f"table {self.location.uri} is partitioned by "
-                    f"{list(shape.partition_by) or 'nothing'}, but the sink was configured with "
-                    f"partition_by={self.partition_by}. Use the table's partitioning (or leave "
-                    "partition_by out)."
+                    f"{list(shape.partition_by) or 'nothing'}, but the write asks for "
+                    f"{option}={self.partition_by}. Use the table's partitioning (or leave "
+                    f"{option} out)."
                 )
-        plan = plan_write(shape, schema, self.schema_mode, self.location.uri)
+        plan = plan_write(shape, schema, self.schema_mode, self.location.uri, self.option_spelling)
         if self.replace_where is not None:
             plan, self.replace_where = with_replace_where(
                 plan, self.replace_where, self.location.uri
@@ -467,6 +475,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             overwrite=self.mode == "overwrite",
             rewrite_options=self.options,
             staging=self.staging,
+            spelling=self.option_spelling,
         )
 
     def committable_serializer(self) -> StagedFileSerializer:
@@ -491,6 +500,45 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             dry_run=dry_run,
             unsafe_allow_short_retention=unsafe_allow_short_retention,
         )
+
+    def vacuum(
+        self,
+        *,
+        retention: datetime.timedelta | None = None,
+        dry_run: bool = True,
+        unsafe_allow_short_retention: bool = False,
+    ) -> list[str]:
+        """Delete the files the table no longer needs, as delta-spark's ``VACUUM`` does;
+        return their paths relative to the table root. **A dry run by default**: pass
+        ``dry_run=False`` to delete.
+
+        Deleted: files the table removed (an overwrite, an upsert, a compaction) longer ago
+        than ``retention``, and files no version references (what :meth:`remove_orphan_files`
+        deletes), each also older than ``retention``. Every version within ``retention`` stays
+        readable (time travel), files of the current version are never deleted, and the
+        removal of files the snapshot lists as removed is recorded in the log
+        (``VACUUM START``/``VACUUM END``). See ``committers.delta._vacuum``.
+
+        Args:
+            retention: default: the table's ``delta.deletedFileRetentionDuration`` (7 days if
+                not set).
+            dry_run: only list (the default).
+            unsafe_allow_short_retention: allow a retention shorter than the table's, or than
+                one hour: only when nothing reads older versions and no writer is running.
+
+        Raises:
+            NotATableError: no Delta table at the sink's location.
+            ConfigurationError: a retention the table forbids, without the override.
+            DestinationError: a table with deletion vectors or v2 checkpoints, or storage
+                errors.
+        """
+        report = vacuum_table(
+            self.location,
+            retention_seconds=None if retention is None else retention.total_seconds(),
+            dry_run=dry_run,
+            unsafe_allow_short_retention=unsafe_allow_short_retention,
+        )
+        return [f.path for f in report.files]
 
     def compact(
         self,

@@ -7,15 +7,18 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote as url_quote
 from urllib.parse import unquote
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
+from committers.delta._schema import hive_escape
 from committers.delta._staging import STAGING_DIR, read_manifest
 from committers.delta._storage import TableLocation
 from framework.errors import (
@@ -30,13 +33,21 @@ __all__ = [
     "COMMIT_EPOCH_ID",
     "COMMIT_RUN_ID",
     "COMMIT_WRITER",
+    "CleanupCandidates",
     "CommitRecord",
     "added_paths",
+    "check_cleanable",
+    "cleanup_candidates",
+    "delete_files",
     "file_mtime",
     "find_commit",
+    "find_run",
     "is_data_file_candidate",
+    "live_paths",
+    "open_existing_table",
     "open_table",
     "referenced_paths",
+    "removal_times",
     "remove_orphan_files",
 ]
 
@@ -103,6 +114,48 @@ def open_table(location: TableLocation) -> DeltaTable | None:
     return None
 
 
+def open_existing_table(location: TableLocation) -> DeltaTable:
+    """The table at ``location``, at its latest version; unlike :func:`open_table` there must
+    be one.
+
+    Raises:
+        NotATableError: there is no Delta log at the location (missing path included).
+        DestinationError: the storage cannot be read (endpoint, bucket, credentials).
+        ConfigurationError: the storage options cannot be resolved (e.g. an unknown profile).
+    """
+    uri, options = location.uri, location.delta_storage_options()
+    try:
+        if DeltaTable.is_deltatable(uri, storage_options=options):
+            return DeltaTable(uri, storage_options=options)
+    except (OSError, DeltaError) as err:
+        raise DestinationError(f"cannot read {uri}: {plain_error_text(err)}") from err
+    raise NotATableError(f"{uri} is not a Delta table: {_why_not_a_table(location)}")
+
+
+def _why_not_a_table(location: TableLocation) -> str:
+    with contextlib.suppress(OSError):
+        if not location.filesystem().exists(location.path()):
+            return "nothing exists at this path"
+    return "no _delta_log found there"
+
+
+def check_cleanable(table: DeltaTable, location: TableLocation, operation: str) -> None:
+    """Deleting files is only safe where every reference to a file is read here.
+
+    Raises:
+        DestinationError: the table uses deletion vectors or v2 checkpoints, whose references
+            (deletion vector files, checkpoint sidecars) are not read.
+    """
+    features = set(table.protocol().reader_features or [])
+    unsupported = features & {"deletionVectors", "v2Checkpoint"}
+    if unsupported:
+        raise DestinationError(
+            f"{location.uri} uses {', '.join(sorted(unsupported))}; {operation} does not read "
+            "those references and will not risk deleting live files. Use the VACUUM of an "
+            "engine that supports them."
+        )
+
+
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _XML_FIELD = re.compile(r"<(Code|Message)>([^<]*)</\1>")
 
@@ -136,6 +189,19 @@ class CommitRecord:
     run_id: str | None
 
 
+def _recent_history(
+    table: DeltaTable, windows: tuple[int, ...] = _HISTORY_WINDOWS
+) -> Iterator[dict[str, Any]]:
+    """The commitInfos of the newest commits, newest first: the newest ``windows[0]``, then
+    (each time from the newest again) the next window, until the history ends."""
+    for window in windows:
+        if window <= 0:
+            return
+        yield from table.history(limit=window)
+        if table.version() < window:
+            return
+
+
 def find_commit(
     table: DeltaTable, app_id: str, epoch_id: int
 ) -> tuple[CommitRecord | None, CommitRecord | None]:
@@ -145,22 +211,32 @@ def find_commit(
     recent commits are searched (recovery paths only need those).
     """
     newest: CommitRecord | None = None
-    for window in _HISTORY_WINDOWS:
-        for info in table.history(limit=window):
-            if info.get(COMMIT_APP_ID) != app_id:
-                continue
-            record = CommitRecord(
-                version=int(info["version"]),
-                epoch_id=int(info[COMMIT_EPOCH_ID]) if COMMIT_EPOCH_ID in info else None,
-                writer_identity=info.get(COMMIT_WRITER),
-                run_id=info.get(COMMIT_RUN_ID),
-            )
-            newest = newest or record
-            if record.epoch_id == epoch_id:
-                return record, newest
-        if table.version() < window:
-            break
+    for info in _recent_history(table):
+        if info.get(COMMIT_APP_ID) != app_id:
+            continue
+        record = CommitRecord(
+            version=int(info["version"]),
+            epoch_id=int(info[COMMIT_EPOCH_ID]) if COMMIT_EPOCH_ID in info else None,
+            writer_identity=info.get(COMMIT_WRITER),
+            run_id=info.get(COMMIT_RUN_ID),
+        )
+        newest = newest or record
+        if record.epoch_id == epoch_id:
+            return record, newest
     return None, newest
+
+
+def find_run(table: DeltaTable, run_id: str, *, after_version: int | None = None) -> int | None:
+    """The version of the commit whose commitInfo carries ``run_id``, or ``None``.
+
+    With ``after_version`` only the versions after it are read (none when the table is still
+    there); without, the most recent commits are searched, as by :func:`find_commit`.
+    """
+    windows = _HISTORY_WINDOWS if after_version is None else (table.version() - after_version,)
+    for info in _recent_history(table, windows):
+        if info.get(COMMIT_RUN_ID) == run_id:
+            return int(info["version"])
+    return None
 
 
 def _relative(path: str, location: TableLocation) -> str:
@@ -185,12 +261,12 @@ def added_paths(location: TableLocation, version: int) -> set[str]:
     return paths
 
 
-def referenced_paths(location: TableLocation) -> set[str]:
-    """Every file any reconstructable version (or tombstone) of the table mentions."""
+def _file_actions(location: TableLocation) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``("add" | "remove", action)`` for every file action in the commits and checkpoints
+    still in the log (the ones any reconstructable version is made of)."""
     fs = location.filesystem()
-    log_dir = location.path("_delta_log")
-    referenced: set[str] = set()
-    for entry in fs.ls(log_dir, detail=False):
+    # refresh: a cached listing (s3fs keeps one per process) would miss the newest commits
+    for entry in fs.ls(location.path("_delta_log"), detail=False, refresh=True):
         name = entry.rsplit("/", 1)[-1]
         if name.endswith(".json") and name[:20].isdigit():
             with fs.open(entry, "rb") as src:
@@ -198,15 +274,38 @@ def referenced_paths(location: TableLocation) -> set[str]:
                     action: dict[str, Any] = json.loads(line) if line.strip() else {}
                     for kind in ("add", "remove"):
                         if kind in action:
-                            referenced.add(_relative(action[kind]["path"], location))
+                            yield kind, action[kind]
         elif ".checkpoint" in name and name.endswith(".parquet"):
             with fs.open(entry, "rb") as src:
                 checkpoint = pq.read_table(src, columns=["add", "remove"])
             for kind in ("add", "remove"):
                 for item in checkpoint.column(kind).to_pylist():
                     if item and item.get("path"):
-                        referenced.add(_relative(item["path"], location))
-    return referenced
+                        yield kind, item
+
+
+def referenced_paths(location: TableLocation) -> set[str]:
+    """Every file any reconstructable version (or tombstone) of the table mentions."""
+    return {_relative(action["path"], location) for _, action in _file_actions(location)}
+
+
+def removal_times(location: TableLocation) -> dict[str, int]:
+    """The newest ``deletionTimestamp`` (milliseconds) of each file a remove action still in
+    the log names, by relative path; ``0`` for a remove without one (as old as can be, as
+    delta-spark and delta-rs take it)."""
+    removed: dict[str, int] = {}
+    for kind, action in _file_actions(location):
+        if kind == "remove":
+            path = _relative(action["path"], location)
+            when = int(action.get("deletionTimestamp") or 0)
+            removed[path] = max(when, removed.get(path, when))
+    return removed
+
+
+def live_paths(table: DeltaTable, location: TableLocation) -> set[str]:
+    """The files of ``table``'s current version, relative to the root and decoded."""
+    paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    return {_relative(path, location) for path in paths}
 
 
 MIN_ORPHAN_RETENTION_SECONDS = 3600.0
@@ -231,10 +330,66 @@ def removal_path(logged: str) -> str | None:
     return decoded if delta_rs_path(decoded) == logged else None
 
 
-def is_data_file_candidate(relative: str) -> bool:
-    """Whether ``remove_orphan_files`` considers the file at ``relative`` (to the table root)
-    as data: a Parquet file outside the log and other ``_``/``.`` directories."""
-    return relative.endswith(".parquet") and not relative.split("/", 1)[0].startswith((".", "_"))
+def is_data_file_candidate(relative: str, partition_columns: Sequence[str] = ()) -> bool:
+    """Whether clean-ups consider the file at ``relative`` (to the table root) as data: a
+    Parquet file outside the log and other ``_``/``.`` directories, the Hive partition
+    directories of ``partition_columns`` excepted (``_x=1/`` of a column ``_x``)."""
+    if not relative.endswith(".parquet"):
+        return False
+    top = relative.split("/", 1)[0]
+    if not top.startswith((".", "_")):
+        return True
+    return any(top.startswith(f"{hive_escape(column)}=") for column in partition_columns)
+
+
+@dataclass(frozen=True)
+class CleanupCandidates:
+    """What a listing of the table root offers a clean-up.
+
+    Attributes:
+        files: relative path -> (fsspec path, listing entry) of the files older than the
+            cutoff: entries of the staging directory, and data files
+            (:func:`is_data_file_candidate`).
+        claimed: files a staging manifest younger than the cutoff names: their writer may
+            still commit them.
+    """
+
+    files: dict[str, tuple[str, Mapping[str, Any]]]
+    claimed: set[str]
+
+
+def cleanup_candidates(
+    location: TableLocation, *, cutoff: float, partition_columns: Sequence[str]
+) -> CleanupCandidates:
+    """List the table root once (see :class:`CleanupCandidates`); ``cutoff`` is a time in
+    seconds since the epoch."""
+    files: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    claimed: set[str] = set()
+    for full, info in location.filesystem().find(location.path(), detail=True).items():
+        relative = location.relative(full)
+        young = file_mtime(info) > cutoff
+        if relative.split("/", 1)[0] == STAGING_DIR:
+            if young and relative.endswith(".json"):
+                with contextlib.suppress(FileNotFoundError):
+                    claimed |= read_manifest(location, full).files
+            elif not young:
+                files[relative] = (full, info)
+        elif not young and is_data_file_candidate(relative, partition_columns):
+            files[relative] = (full, info)
+    return CleanupCandidates(files, claimed)
+
+
+def delete_files(fs: Any, paths: list[str]) -> None:
+    """Delete ``paths`` (fsspec paths; one batched request on object stores); missing ones are
+    fine."""
+    if not paths:
+        return
+    try:
+        fs.rm(paths)
+    except FileNotFoundError:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(path)
 
 
 def remove_orphan_files(
@@ -247,11 +402,12 @@ def remove_orphan_files(
     """Delete files under the table root that no table version references and that are older
     than ``retention_seconds``; return their relative paths.
 
-    Considered: Parquet data files outside ``_delta_log`` and hidden directories, and our
-    staging manifests. Never deleted: any file named by a commit or checkpoint still in the log
-    (added or tombstoned), any other kind of file (the log, deletion vectors, files that are not
-    the table's), files younger than the retention, and files listed by a staging manifest
-    younger than the retention (a writer may still be about to commit them).
+    Considered: Parquet data files outside ``_delta_log`` and hidden directories (the table's
+    own partition directories excepted), and our staging manifests. Never deleted: any file
+    named by a commit or checkpoint still in the log (added or tombstoned), any other kind of
+    file (the log, deletion vectors, files that are not the table's), files younger than the
+    retention, and files listed by a staging manifest younger than the retention (a writer may
+    still be about to commit them).
 
     Raises:
         ConfigurationError: retention shorter than an hour without the explicit override; a short
@@ -267,37 +423,17 @@ def remove_orphan_files(
             "unsafe_allow_short_retention=True when no writer is running."
         )
     table = DeltaTable(location.uri, storage_options=location.delta_storage_options())
-    features = set(table.protocol().reader_features or [])
-    unsupported = features & {"deletionVectors", "v2Checkpoint"}
-    if unsupported:
-        raise DestinationError(
-            f"{location.uri} uses {', '.join(sorted(unsupported))}; remove_orphan_files does "
-            "not read those references and will not risk deleting live files. Use the VACUUM "
-            "of an engine that supports them."
-        )
-    fs = location.filesystem()
+    check_cleanable(table, location, "remove_orphan_files")
     referenced = referenced_paths(location)
-    cutoff = time.time() - retention_seconds
-    candidates: dict[str, str] = {}  # relative -> full path
-    for full, info in fs.find(location.path(), detail=True).items():
-        relative = location.relative(full)
-        top = relative.split("/", 1)[0]
-        if top == STAGING_DIR:
-            if file_mtime(info) > cutoff and relative.endswith(".json"):
-                # a writer may still commit these
-                with contextlib.suppress(FileNotFoundError):
-                    referenced |= read_manifest(location, full).files
-            elif file_mtime(info) <= cutoff:
-                candidates[relative] = full
-            continue
-        if not is_data_file_candidate(relative):
-            continue
-        if file_mtime(info) <= cutoff:
-            candidates[relative] = full
-    removed = sorted(r for r in candidates if r not in referenced)
+    listing = cleanup_candidates(
+        location,
+        cutoff=time.time() - retention_seconds,
+        partition_columns=table.metadata().partition_columns,
+    )
+    keep = referenced | listing.claimed
+    removed = sorted(r for r in listing.files if r not in keep)
     if not dry_run:
-        for relative in removed:
-            fs.rm(candidates[relative])
+        delete_files(location.filesystem(), [listing.files[r][0] for r in removed])
     return removed
 
 

@@ -7,13 +7,16 @@ import datetime
 import json
 import threading
 import time
+import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from committers.delta import DeltaSink, StagedFile, StagedFileSerializer
+from committers.delta import DeltaGlobalCommitter, DeltaSink, StagedFile, StagedFileSerializer
+from committers.delta import _committer as committer_module
 from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
@@ -30,7 +33,7 @@ from framework.errors import (
     ConcurrentWriterError,
     ConfigurationError,
 )
-from framework.sink import deserialize_versioned, serialize_versioned
+from framework.sink import Epoch, deserialize_versioned, serialize_versioned
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("day", pa.string())])
 
@@ -511,3 +514,131 @@ def test_txn_ids_outlive_a_short_transaction_retention(tmp_path):
     assert committer.is_committed(epoch(1)) and not committer.is_committed(epoch(2))
     log_text = "".join(p.read_text() for p in (tmp_path / "t" / "_delta_log").glob("*.json"))
     assert '"txn"' in log_text and "lastUpdated" not in log_text
+
+
+# -- one-off epochs (bounded writes without an app id): no txn, reconciled by run id --------
+
+
+def one_off(epoch_id: int = 0) -> Epoch:
+    return Epoch(
+        app_id=f"bounded-{uuid.uuid4()}:write",
+        epoch_id=epoch_id,
+        writer_identity="write-once",
+        run_id=str(uuid.uuid4()),
+        bounded=True,
+        one_off=True,
+    )
+
+
+def logged_actions(table_uri: str, kind: str) -> list[dict]:
+    """Every ``kind`` action (``txn``, ``commitInfo``, ...) in the table's JSON commits."""
+    commits = sorted((Path(table_uri) / "_delta_log").glob("*.json"))
+    actions = [json.loads(line) for path in commits for line in path.read_text().splitlines()]
+    return [a[kind] for a in actions if kind in a]
+
+
+def commit_one_off(sink: DeltaSink, ep: Epoch, batches) -> DeltaGlobalCommitter:
+    """As the engine runs an epoch: replay check, staging, commit, clean-up."""
+    committer = sink.create_global_committer()
+    assert not committer.is_committed(ep)
+    files = stage(sink, ep, batches)
+    committer.commit([committer.combine(ep, files)])
+    committer.clean_up(ep)
+    return committer
+
+
+def test_one_off_epochs_commit_without_txn_with_their_run_id(tmp_path):
+    sink = make_sink(tmp_path)
+    runs = [one_off(), one_off(), one_off()]
+    for n, ep in enumerate(runs):
+        committer = commit_one_off(sink, ep, [day_batch(n * 10, n * 10 + 10)])
+        assert committer.committed_version(ep) == n
+    assert ids(sink.table_uri) == list(range(30))
+    assert logged_actions(sink.table_uri, "txn") == []
+    infos = logged_actions(sink.table_uri, "commitInfo")
+    assert [info["sink.runId"] for info in infos] == [ep.run_id for ep in runs]
+    assert not [key for info in infos for key in info if key in ("sink.appId", "sink.epochId")]
+    assert all("epochId" not in info.get("operationParameters", {}) for info in infos)
+    assert_no_orphans(sink.table_uri)
+
+
+def test_a_one_off_commit_whose_response_is_lost_is_found_by_run_id(tmp_path, monkeypatch):
+    """The commit lands, then the connection drops (an unknown outcome): the committer finds
+    the commit by its run id and does not commit again. The first commit creates the table,
+    the second appends: both paths."""
+    sink = make_sink(tmp_path)
+    landed: list[str] = []
+    real_create = committer_module.create_table_with_add_actions
+    real_append = DeltaTable.create_write_transaction
+
+    def create_then_drop(*args, **kwargs):
+        real_create(*args, **kwargs)
+        landed.append("create")
+        raise OSError("connection reset by peer")
+
+    def append_then_drop(self, *args, **kwargs):
+        real_append(self, *args, **kwargs)
+        landed.append("append")
+        raise OSError("connection reset by peer")
+
+    monkeypatch.setattr(committer_module, "create_table_with_add_actions", create_then_drop)
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", append_then_drop)
+    first, second = one_off(), one_off()
+    assert commit_one_off(sink, first, [day_batch(0, 10)]).committed_version(first) == 0
+    assert commit_one_off(sink, second, [day_batch(10, 20)]).committed_version(second) == 1
+    assert landed == ["create", "append"]  # each commit was made once, never repeated
+    assert DeltaTable(sink.table_uri).version() == 1
+    assert ids(sink.table_uri) == list(range(20))
+    assert logged_actions(sink.table_uri, "txn") == []
+    assert_no_orphans(sink.table_uri)
+
+
+def test_a_one_off_commit_that_lands_late_is_not_committed_again(tmp_path, monkeypatch):
+    """The first attempt fails with an unknown outcome and is found not landed; its request
+    lands while the second attempt commits. delta-rs must not rebase the second attempt past
+    it (nothing in the late commit tells delta-rs it is the same write): the second attempt
+    fails, and the reconciliation finds the late commit."""
+    sink = make_sink(tmp_path)
+    commit_one_off(sink, one_off(), [day_batch(0, 10)])
+    real_append = DeltaTable.create_write_transaction
+    calls: list[tuple] = []
+
+    def lost_then_late(self, *args, **kwargs):
+        calls.append((args, kwargs))
+        if len(calls) == 1:
+            raise OSError("timed out")  # the request is still on its way
+        if len(calls) == 2:  # ... and lands now, before this attempt's commit
+            real_append(DeltaTable(sink.table_uri), *calls[0][0], **calls[0][1])
+        return real_append(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", lost_then_late)
+    late = one_off()
+    committer = commit_one_off(sink, late, [day_batch(10, 20)])
+    assert len(calls) == 2 and committer.committed_version(late) == 1
+    assert DeltaTable(sink.table_uri).version() == 1
+    assert_no_duplicates(ids(sink.table_uri))
+    assert ids(sink.table_uri) == list(range(20))
+    assert_no_orphans(sink.table_uri)
+
+
+def test_a_one_off_commit_not_landed_is_retried_on_a_fresh_snapshot(tmp_path, monkeypatch):
+    """An unknown outcome that did not land, while another writer appended: the retry lands
+    once, after the other writer's commit."""
+    sink = make_sink(tmp_path)
+    commit_one_off(sink, one_off(), [day_batch(0, 10)])
+    real_append = DeltaTable.create_write_transaction
+    calls = {"n": 0}
+
+    def lost_while_another_commits(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            commit_one_off(sink, one_off(), [day_batch(100, 110)])  # the other writer
+            raise OSError("timed out")  # ... and this request never reached the store
+        return real_append(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", lost_while_another_commits)
+    retried = one_off()
+    assert commit_one_off(sink, retried, [day_batch(10, 20)]).committed_version(retried) == 2
+    assert ids(sink.table_uri) == [*range(20), *range(100, 110)]
+    assert logged_actions(sink.table_uri, "txn") == []
+    assert_no_orphans(sink.table_uri)

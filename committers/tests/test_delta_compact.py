@@ -34,7 +34,12 @@ from committers.delta._staging import STAGING_DIR
 from committers.delta._table import delta_rs_path
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink
-from framework.errors import CommitConflictError, ConfigurationError, StagingError
+from framework.errors import (
+    CommitConflictError,
+    ConfigurationError,
+    NotATableError,
+    StagingError,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -337,7 +342,8 @@ def test_compactions_while_a_streaming_query_appends_keep_every_row_once(spark, 
         while len([r for r in results if r.version is not None]) < 3:
             assert time.monotonic() < deadline, "no compaction committed within a minute"
             time.sleep(1)  # a few more micro-batches, a few more small files
-            results.append(DeltaSink(uri).compact(spark, target_file_size=MIB))
+            if DeltaTable.is_deltatable(uri):  # the first batch creates it
+                results.append(DeltaSink(uri).compact(spark, target_file_size=MIB))
     finally:
         query.stop()
     table = DeltaTable(uri)
@@ -430,8 +436,21 @@ def test_nothing_to_do_commits_nothing(spark, tmp_path):
     assert (result.version, result.read_version, result.files_removed) == (None, 0, 0)
     assert _versions(one_per_partition) == [0]
 
-    missing = DeltaSink(str(tmp_path / "missing")).compact(spark)
-    assert missing.version is None and not (tmp_path / "missing").exists()
+
+def test_a_path_that_is_not_a_table_is_refused(spark, tmp_path):
+    with pytest.raises(NotATableError, match=r"is not a Delta table \(no _delta_log there\)"):
+        DeltaSink(str(tmp_path / "missing")).compact(spark)
+    assert not (tmp_path / "missing").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotATableError, match="compaction rewrites the files of an existing"):
+        DeltaSink(str(tmp_path / "empty")).compact(spark)
+    assert list((tmp_path / "empty").iterdir()) == []
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    pq.write_table(pa.table({"id": [1]}), plain / "data.parquet")
+    with pytest.raises(NotATableError, match="is not a Delta table"):
+        DeltaSink(str(plain)).compact(spark)
+    assert [p.name for p in plain.iterdir()] == ["data.parquet"]
 
 
 @pytest.mark.parametrize("size", [0, -1, 1000, MIN_TARGET_FILE_SIZE - 1, True, 2.5, "big"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -37,6 +38,11 @@ def _df(spark, lo: int, hi: int, *, day=None):
         f"{'CAST(id % 2 AS STRING)' if day is None else repr(day)} AS day "
         f"FROM range({lo}, {hi})"
     )
+
+
+def _error_line(error: BaseException, name: str) -> str:
+    """The message of the ``name`` error that Spark's error text quotes."""
+    return str(error).split(f"{name}: ", 1)[1].splitlines()[0]
 
 
 def _version(uri: str) -> int:
@@ -197,6 +203,57 @@ def test_rows_the_table_refuses_commit_nothing_and_leave_nothing(spark, tmp_path
 
 
 @pytest.mark.spark
+def test_errors_name_the_formats_own_options_and_overwrite_schema_is_refused(spark, tmp_path):
+    """A format write's schema errors give the format's fix (``.option("mergeSchema",
+    "true")``, ``partitionBy``), not DeltaSink's keyword arguments; ``overwriteSchema`` is
+    refused by name. Nothing is committed or staged by a refused write."""
+    register(spark)
+    uri = str(tmp_path / "t")
+    _df(spark, 0, 4).write.format("deltalake").mode("append").option("partitionBy", "day").save(uri)
+    wider = _df(spark, 4, 6).selectExpr("*", "'x' AS note")
+    with pytest.raises(Exception) as new_column:
+        wider.write.format("deltalake").mode("append").save(uri)
+    message = _error_line(new_column.value, "SchemaMismatchError")
+    assert re.search(
+        r"column 'note' \(STRING\) is not in the table: drop it from the input, or set "
+        r'\.option\("mergeSchema", "true"\) to add it to the table',
+        message,
+    )
+    assert "schema_mode" not in message
+    with pytest.raises(Exception) as partitioning:
+        _df(spark, 4, 6).write.format("deltalake").mode("append").option("partitionBy", "k").save(
+            uri
+        )
+    assert re.search(
+        r"SchemaMismatchError: table .* is partitioned by \['day'\], but the write asks for "
+        r"partitionBy=\['k'\]\. Use the table's partitioning \(or leave partitionBy out\)",
+        str(partitioning.value),
+    )
+    for mode in ("overwrite", "append"):
+        with pytest.raises(Exception) as overwrite_schema:
+            (wider.write.format("deltalake").mode(mode).option("overwriteSchema", "true").save(uri))
+        assert re.search(
+            r"ConfigurationError: option overwriteSchema is not supported: the deltalake writer "
+            r"never replaces a table's schema or partitioning .* set "
+            r'\.option\("mergeSchema", "true"\)',
+            str(overwrite_schema.value),
+        )
+    assert _version(uri) == 0 and ids(uri) == list(range(4))
+    assert_no_orphans(uri)
+
+    wider.write.format("deltalake").mode("append").option("mergeSchema", "true").save(uri)
+    _df(spark, 6, 8).write.format("deltalake").mode("append").option(
+        "overwriteSchema", "false"
+    ).save(uri)
+    assert ids(uri) == list(range(8))
+    assert sorted((r["id"], r["note"]) for r in duckdb_rows(uri))[3:6] == [
+        (3, None),
+        (4, "x"),
+        (5, "x"),
+    ]
+
+
+@pytest.mark.spark
 def test_a_stream_writes_each_batch_once_across_replays(spark, tmp_path):
     register(spark)
     source, target = str(tmp_path / "source"), str(tmp_path / "target")
@@ -297,6 +354,8 @@ def test_write_options_are_validated_before_anything_is_written():
             "txnVersion must be an integer",
         ),
         ({"path": "/t", "mergeSchema": "perhaps"}, False, "mergeSchema must be true or false"),
+        ({"path": "/t", "overwriteSchema": "yes"}, True, "overwriteSchema is not supported"),
+        ({"path": "/t", "overwriteSchema": "maybe"}, True, "overwriteSchema must be true or"),
         ({"path": "/t", "replaceWhere": "a = 1"}, False, "replaceWhere needs mode"),
         ({"path": "/t", "txnAppId": "a", "app_id": "b"}, False, "not both"),
         ({"path": "/t", "partitionBy": "[1]"}, False, "partitionBy must name columns"),

@@ -505,7 +505,7 @@ def test_usage_errors_exit_2(args, capsys):
 
 def test_a_retention_below_an_hour_is_refused_with_the_flag_to_allow_it(tmp_path, capsys):
     uri = two_app_table(tmp_path)
-    assert main(["vacuum", uri, "--retention", "30m"]) == 2
+    assert main(["remove-orphans", uri, "--retention", "30m"]) == 2
     err = capsys.readouterr().err
     assert "retention of 1800s is shorter than 3600s" in err
     assert err.endswith("(on the command line: --unsafe-allow-short-retention)\n")
@@ -537,7 +537,7 @@ def test_remove_orphans_is_a_dry_run_until_yes_then_deletes_exactly_those(tmp_pa
         "files": [{"path": p, "bytes": (Path(uri) / p).stat().st_size} for p in expected],
     }
     assert files_on_disk(uri) == before
-    assert main(["vacuum", uri, "--retention", "2d"]) == 0
+    assert main(["remove-orphans", uri, "--retention", "2d"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"DRY RUN, nothing deleted. Would delete {len(expected)} files (")
     assert text.endswith("Run again with --yes to delete them.\n")
@@ -560,12 +560,18 @@ def test_remove_orphans_is_a_dry_run_until_yes_then_deletes_exactly_those(tmp_pa
 
 @pytest.mark.spark
 def test_tables_written_through_spark_show_the_bounded_app_ids(spark, tmp_path, capsys):
+    """Writes with an app id are listed under it; writes without one (TwoPhaseSink or the
+    format) record no txn and no app id: they appear as commits only."""
+    from committers.delta import register
     from framework import TwoPhaseSink
 
+    register(spark)
     uri = str(tmp_path / "t")
     df = spark.range(4).selectExpr("id")
     TwoPhaseSink(DeltaSink(uri, app_id="nightly")).write(df, epoch_id=4)
     TwoPhaseSink(DeltaSink(uri, app_id="hourly")).write(df)
+    TwoPhaseSink(DeltaSink(uri)).write(df)
+    df.write.format("deltalake").mode("append").save(uri)
     report = cli_json(capsys, "inspect", uri)
     history = {h["version"]: h for h in DeltaTable(uri).history()}
     entries = [
@@ -581,8 +587,19 @@ def test_tables_written_through_spark_show_the_bounded_app_ids(spark, tmp_path, 
         ("hourly:write", 0, 1, history[1]["sink.writerIdentity"]),
         ("nightly:write", 4, 0, history[0]["sink.writerIdentity"]),
     ]
-    assert [(c["version"], c["rows_added"]) for c in report["commits"]] == [(1, 4), (0, 4)]
+    assert [
+        (c["version"], c["app_id"], c["batch"], c["rows_added"]) for c in report["commits"]
+    ] == [
+        (3, None, None, 4),
+        (2, None, None, 4),
+        (1, "hourly:write", 0, 4),
+        (0, "nightly:write", 4, 4),
+    ]
     assert report["staged_leftovers"]["count"] == 0
+    assert main(["inspect", uri]) == 0
+    text = capsys.readouterr().out
+    assert "App ids (2;" in text
+    assert re.search(r"\n +3 +\S+ \S+ UTC +WRITE +- +4 +2 ", text), text
 
 
 def test_s3_table_is_reached_with_settings_from_the_environment(s3: S3Server, bucket: str):

@@ -65,6 +65,10 @@ class Epoch:
         query_id: the streaming query's id (``None`` for bounded jobs), for commit metadata.
         user_metadata: a free-text note to record with the commit (Delta's ``userMetadata``);
             ``None`` leaves the sink's own default.
+        one_off: a bounded write without an application identity (no app id configured): its
+            ``app_id`` is made up for this run alone, so nothing can ever replay it. The
+            destination then records no replay marker (no Delta ``txn``), which would only
+            accumulate; an unknown commit outcome is reconciled by ``run_id`` instead.
     """
 
     app_id: str
@@ -75,6 +79,7 @@ class Epoch:
     output_mode: OutputMode = "append"
     query_id: str | None = None
     user_metadata: str | None = None
+    one_off: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

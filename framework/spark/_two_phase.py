@@ -342,7 +342,9 @@ class TwoPhaseSink:
                 same ``epoch_id`` (and app id) is skipped if the first one committed. Needs an
                 explicit ``app_id`` on the sink. Without it, each call is a new epoch after the
                 last one recorded for the app id; without an ``app_id`` either, each call is a
-                one-off job with an identity of its own.
+                one-off job (:attr:`Epoch.one_off`): nothing can replay it, so the destination
+                records no replay marker for it (a Delta commit without ``txn``, as a plain
+                ``df.write`` of delta-spark).
             user_metadata: text recorded with the commit (Delta's ``userMetadata``),
                 overriding the sink's own.
 
@@ -352,7 +354,8 @@ class TwoPhaseSink:
                 and was never committed (use a new app id for a new job, e.g. a backfill).
             InputError, DestinationError, CommitError: nothing is committed and every staged
                 file is removed, except for ``CommitStateUnknownError`` (the commit may have
-                landed; re-running with the same ``epoch_id`` reconciles it).
+                landed; re-running with the same ``epoch_id`` reconciles it; a write without an
+                app id cannot be recognised when run again: the message says how to check).
         """
         refuse_unknown_options(
             "write", unknown, _SPARK_WRITER_SPELLINGS, ("epoch_id", "user_metadata")
@@ -369,8 +372,10 @@ class TwoPhaseSink:
                 f"{type(self.sink).__name__}(...)."
             )
         committer = self._prepare(df)
+        one_off = self.sink.app_id is None
         if self.sink.app_id is None:
-            # A one-off job: an identity of its own, so it can never be taken for a replay.
+            # An identity of its own (it names the staging), so it can never be taken for a
+            # replay; the destination does not record it.
             app_id, epoch_id = f"{_DEFAULT_BOUNDED_APP}-{uuid.uuid4()}{_BOUNDED_SUFFIX}", 0
             identity = f"write-{app_id}"
         else:
@@ -387,10 +392,17 @@ class TwoPhaseSink:
             run_id=str(uuid.uuid4()),
             bounded=True,
             user_metadata=user_metadata,
+            one_off=one_off,
         )
         try:
             metrics = self._run_epoch(df, epoch, committer, batch_id=epoch_id)
         except CommitStateUnknownError as err:
+            if one_off:
+                raise CommitStateUnknownError(
+                    f"{err} A write without an app_id cannot be recognised when run again, so "
+                    "check that it did not land before writing it again; an app_id on the sink "
+                    "and write(df, epoch_id=...) make a re-run safe."
+                ) from err
             raise CommitStateUnknownError(
                 f"{err} For this bounded write: it is epoch {epoch_id} of app id {app_id!r}; "
                 f"DeltaTable(...).transaction_version({app_id!r}) >= {epoch_id} means it landed. "

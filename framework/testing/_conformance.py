@@ -45,6 +45,17 @@ class ConformanceHarness(ABC):
             app_id=app_id, epoch_id=epoch_id, writer_identity=writer, run_id=str(uuid.uuid4())
         )
 
+    def one_off_epoch(self) -> Epoch:
+        """The epoch of a bounded write without an app id (see :attr:`Epoch.one_off`)."""
+        return Epoch(
+            app_id=f"one-off-{uuid.uuid4()}",
+            epoch_id=0,
+            writer_identity="one-off",
+            run_id=str(uuid.uuid4()),
+            bounded=True,
+            one_off=True,
+        )
+
     def stage(
         self, sink: Sink[Any, Any, Any], epoch: Epoch, keys: Sequence[int], attempt: int = 0
     ) -> list[Any]:
@@ -136,6 +147,25 @@ def epochs_accumulate_exactly(h: ConformanceHarness) -> None:
     assert committer.last_committed_epoch("conformance") in (4, None)
 
 
+def one_off_epochs_each_commit_once(h: ConformanceHarness) -> None:
+    """Writes without an app id: the same run committed again (a retried commit) lands once,
+    two runs both land, an aborted one leaves nothing."""
+    sink = h.create_sink()
+    first = h.one_off_epoch()
+    committer = h.committer(sink)
+    assert not committer.is_committed(first), "a new one-off write was taken for committed"
+    committer.commit([committer.combine(first, h.stage(sink, first, range(10)))])
+    committer.clean_up(first)
+    committer.commit([committer.combine(first, h.stage(sink, first, range(10)))])
+    committer.clean_up(first)
+    h.commit(sink, h.one_off_epoch(), range(10, 20))
+    aborted = h.one_off_epoch()
+    h.stage(sink, aborted, range(100, 110))
+    h.committer(sink).abort(aborted)
+    assert sorted(h.committed_keys()) == list(range(20)), "one-off writes were lost or repeated"
+    assert h.uncommitted_leftovers() == [], "a one-off write left staged data behind"
+
+
 CONFORMANCE_CHECKS: tuple[Callable[[ConformanceHarness], None], ...] = (
     committing_the_same_epoch_twice_yields_one_commit,
     a_new_committer_recognises_committed_epochs,
@@ -143,4 +173,5 @@ CONFORMANCE_CHECKS: tuple[Callable[[ConformanceHarness], None], ...] = (
     abort_discards_everything_staged,
     another_writer_with_the_same_app_id_is_an_error,
     epochs_accumulate_exactly,
+    one_off_epochs_each_commit_once,
 )
