@@ -9,7 +9,11 @@ Rows never cross into a Python worker. For each run of a batch:
    drops failed and speculative ones; timestamps are INT64 microseconds, set on a clone of the
    session so the user's configuration is never touched;
 3. the driver lists the directory once and reads the footers (in a thread pool) into
-   :class:`StagedFile` committables with Delta stats.
+   :class:`StagedFile` committables with Delta stats. Every Parquet file under partition
+   directories (``name=value``, whatever the name starts with: ``_2=``, ``.x=`` and ``__x=``
+   are partition directories too) is data; only the file system's and the commit protocol's
+   bookkeeping is not (``.crc`` checksums, ``_SUCCESS``, ``_temporary`` and any other
+   directory that is no partition directory).
 
 A run that does not commit leaves only its directory, which the committer's clean-up deletes
 whole because the manifest names it.
@@ -79,6 +83,22 @@ def hadoop_has_filesystem(spark: SparkSession, scheme: str) -> bool:
 def spark_uri(uri: str) -> str:
     """``uri`` as Spark's file sources take it: a local path becomes a ``file://`` URL."""
     return uri if "://" in uri else f"file://{uri}"
+
+
+def is_written_data_file(inside: str) -> bool:
+    """Whether ``inside`` (a path below the directory Spark wrote) is a data file: a Parquet
+    file whose every directory is a partition directory (``name=value``). Not data: the
+    bookkeeping of the file system and of the commit protocol (``.crc`` checksums next to
+    each file, ``_SUCCESS``, ``_temporary/`` and any other directory without ``=``).
+
+    Only the file name is judged by a leading ``_`` or ``.`` (Hadoop's hidden files): a
+    partition directory may start with either (a column named ``_2`` or ``.x``)."""
+    *directories, name = inside.split("/")
+    return (
+        name.endswith(".parquet")
+        and not name.startswith(("_", "."))
+        and all("=" in d for d in directories)
+    )
 
 
 def run_directory(epoch: Epoch) -> str:
@@ -170,12 +190,10 @@ class SparkParquetStager:
         litter: list[str] = []
         for full, info in found.items():
             relative = self._location.relative(full)
-            name = relative.rsplit("/", 1)[-1]
-            inside = relative[len(directory) + 1 :]
-            if inside.startswith(("_", ".")) or name.startswith((".", "_")):
-                litter.append(full)  # Hadoop's .crc checksums, _temporary leftovers
-            elif name.endswith(".parquet"):
+            if is_written_data_file(relative[len(directory) + 1 :]):
                 data.append((relative, int(info["size"])))
+            else:
+                litter.append(full)  # Hadoop's .crc checksums, _temporary leftovers
         if litter:
             fs.rm(litter)
         with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:

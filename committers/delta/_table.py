@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote as url_quote
@@ -231,10 +231,19 @@ def removal_path(logged: str) -> str | None:
     return decoded if delta_rs_path(decoded) == logged else None
 
 
-def is_data_file_candidate(relative: str) -> bool:
+def is_data_file_candidate(relative: str, partition_by: Sequence[str] = ()) -> bool:
     """Whether ``remove_orphan_files`` considers the file at ``relative`` (to the table root)
-    as data: a Parquet file outside the log and other ``_``/``.`` directories."""
-    return relative.endswith(".parquet") and not relative.split("/", 1)[0].startswith((".", "_"))
+    as data: a Parquet file outside the log and the other hidden (``_``/``.``) directories of
+    the table root. As in delta-spark's VACUUM, a directory of a partition column
+    (``<column>=...``, of ``partition_by``) is never hidden, whatever its name starts with:
+    the files under ``_2=a/`` of a table partitioned by ``_2`` are data."""
+    if not relative.endswith(".parquet"):
+        return False
+    top, _, below = relative.partition("/")
+    if not top.startswith((".", "_")):
+        return True
+    column, is_partition_directory, _ = top.partition("=")
+    return bool(below and is_partition_directory) and unquote(column) in partition_by
 
 
 def remove_orphan_files(
@@ -247,11 +256,12 @@ def remove_orphan_files(
     """Delete files under the table root that no table version references and that are older
     than ``retention_seconds``; return their relative paths.
 
-    Considered: Parquet data files outside ``_delta_log`` and hidden directories, and our
-    staging manifests. Never deleted: any file named by a commit or checkpoint still in the log
-    (added or tombstoned), any other kind of file (the log, deletion vectors, files that are not
-    the table's), files younger than the retention, and files listed by a staging manifest
-    younger than the retention (a writer may still be about to commit them).
+    Considered: Parquet data files outside ``_delta_log`` and hidden directories (a partition
+    directory is not hidden, even ``_2=a/``), and our staging manifests. Never deleted: any
+    file named by a commit or checkpoint still in the log (added or tombstoned), any other kind
+    of file (the log, deletion vectors, files that are not the table's), files younger than
+    the retention, and files listed by a staging manifest younger than the retention (a writer
+    may still be about to commit them).
 
     Raises:
         ConfigurationError: retention shorter than an hour without the explicit override; a short
@@ -275,6 +285,7 @@ def remove_orphan_files(
             "not read those references and will not risk deleting live files. Use the VACUUM "
             "of an engine that supports them."
         )
+    partition_by = table.metadata().partition_columns
     fs = location.filesystem()
     referenced = referenced_paths(location)
     cutoff = time.time() - retention_seconds
@@ -290,7 +301,7 @@ def remove_orphan_files(
             elif file_mtime(info) <= cutoff:
                 candidates[relative] = full
             continue
-        if not is_data_file_candidate(relative):
+        if not is_data_file_candidate(relative, partition_by):
             continue
         if file_mtime(info) <= cutoff:
             candidates[relative] = full
