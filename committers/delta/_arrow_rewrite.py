@@ -16,7 +16,10 @@ each group becomes one file:
 * the rows are written with the sink's Parquet settings (the layout's file schema, INT64
   timestamps, footer statistics, stats collected from the rows as the Python staging writer
   does) into ``<directory>/<partition dirs>/part-<group>-<uuid>.<codec>.parquet``;
-* the partition values are the exact strings the log stores for the group.
+* the partition values are the exact strings the log stores for the group;
+* each task counts the rows it reads, the rows the filter drops and the rows it writes; the
+  driver checks that the files it collected hold exactly the rows written, and the rows
+  written are the rows read less the rows dropped (``RowCountMismatchError`` otherwise).
 
 The caller names ``directory`` in a staging manifest before any task starts, so a failed or
 killed rewrite's files are found and deleted exactly as those of Spark's writer.
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from committers.delta._committable import StagedFile
+from committers.delta._committable import StagedFile, logged_records
 from committers.delta._options import WriterOptions
 from committers.delta._rules import FileLayout
 from committers.delta._schema import partition_dir
@@ -42,13 +45,14 @@ from committers.delta._snapshot import Snapshot
 from committers.delta._source import DeltaFileReader
 from committers.delta._stats import FileStatsCollector
 from committers.delta._writer import parquet_writer
+from framework._row_count import check_row_count
 from framework.errors import StagingError
 from framework.source import FileSplit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["GroupToRewrite", "RowFilter", "rewrite_groups"]
+__all__ = ["GroupToRewrite", "Rewritten", "RowFilter", "rewrite_groups"]
 
 #: Bytes of input files per Spark task, beyond one task per core. A PySpark task costs some
 #: 25 ms of its own (measured in local[2]), so small groups share tasks; large compactions
@@ -77,6 +81,28 @@ class GroupToRewrite:
         return sum(size for _, size in self.files)
 
 
+@dataclass(frozen=True)
+class Rewritten:
+    """What a rewrite staged: its files (one per group that kept a row, in no order) and the
+    rows its tasks read, dropped (by the row filter) and wrote, as they counted them."""
+
+    files: list[StagedFile]
+    rows_read: int = 0
+    rows_dropped: int = 0
+    rows_written: int = 0
+
+
+@dataclass(frozen=True)
+class _GroupOutcome:
+    """One group's result, from its task: the file written (``None``: no row kept) and the
+    rows counted on the way."""
+
+    file: StagedFile | None
+    rows_read: int
+    rows_dropped: int
+    rows_written: int
+
+
 def rewrite_groups(
     spark: SparkSession,
     snapshot: Snapshot,
@@ -87,25 +113,51 @@ def rewrite_groups(
     *,
     operation: str = "compaction",
     row_filter: RowFilter | None = None,
-) -> list[StagedFile]:
+) -> Rewritten:
     """Rewrite each group as one file under ``directory`` (relative to the table root), in
     Spark tasks each rewriting whole groups; the staged files, one per group that keeps a row
-    (none is written for a group without rows), in no order. ``row_filter`` (run in the
-    tasks, on up to a row group of rows at a time) keeps the rows it returns; errors name
+    (none is written for a group without rows), and the rows counted. ``row_filter`` (run in
+    the tasks, on up to a row group of rows at a time) keeps the rows it returns; errors name
     ``operation``.
 
     Raises:
+        RowCountMismatchError: the files collected do not hold the rows the tasks wrote, or
+            those are not the rows read less the rows dropped.
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files
             already written stay under ``directory`` for the caller's clean-up.
     """
     if not groups:
-        return []
+        return Rewritten([])
     rewrite = _GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
     total = sum(g.size for g in groups)
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = _pack(groups, max(cores, math.ceil(total / TASK_BYTES)))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    return rdd.flatMap(lambda task: [f for g in task if (f := rewrite(g)) is not None]).collect()
+    outcomes = _collect(rdd.flatMap(lambda task: [rewrite(g) for g in task]))
+    rewritten = Rewritten(
+        files=[o.file for o in outcomes if o.file is not None],
+        rows_read=sum(o.rows_read for o in outcomes),
+        rows_dropped=sum(o.rows_dropped for o in outcomes),
+        rows_written=sum(o.rows_written for o in outcomes),
+    )
+    what = f"{operation} of {snapshot.location.uri} (staged in {directory})"
+    check_row_count(
+        what,
+        written=rewritten.rows_written,
+        committed=sum(logged_records(f) for f in rewritten.files),
+    )
+    check_row_count(
+        f"{what}, keeping {rewritten.rows_read} rows read less {rewritten.rows_dropped} dropped,",
+        written=rewritten.rows_written,
+        committed=rewritten.rows_read - rewritten.rows_dropped,
+    )
+    return rewritten
+
+
+def _collect(rdd: Any) -> list[_GroupOutcome]:
+    """The groups' outcomes, brought to the driver (one job)."""
+    outcomes: list[_GroupOutcome] = rdd.collect()
+    return outcomes
 
 
 def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]]:
@@ -138,11 +190,12 @@ class _GroupRewriter:
         self._operation = operation
         self._row_filter = row_filter
 
-    def __call__(self, group: GroupToRewrite) -> StagedFile | None:
-        tables = self._row_groups(group)
+    def __call__(self, group: GroupToRewrite) -> _GroupOutcome:
+        counted = _Counted()
+        tables = self._row_groups(group, counted)
         first = next(tables, None)
         if first is None:  # empty files only, or every row filtered out
-            return None
+            return _GroupOutcome(None, counted.read, counted.dropped, 0)
         location = self._snapshot.location
         schema = self._layout.file_schema
         values = dict(group.partition_values)
@@ -154,18 +207,20 @@ class _GroupRewriter:
         if location.is_local:
             fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
         stats = FileStatsCollector(schema)
+        written = 0
         try:
             with fs.open(full, "wb") as stream:
                 writer = parquet_writer(stream, schema, self._options.compression)
                 for table in itertools.chain([first], tables):
                     stats.observe(table)
                     writer.write_table(table, row_group_size=table.num_rows)
+                    written += table.num_rows
                 writer.close()
                 size = stream.tell()
         except OSError as err:
             raise StagingError(f"{self._operation} could not write {relative!r}: {err}") from err
         metadata = writer.writer.metadata
-        return StagedFile(
+        staged = StagedFile(
             path=relative,
             size=size,
             partition_values=values,
@@ -173,10 +228,11 @@ class _GroupRewriter:
             stats=stats.to_json(metadata),
             modification_time=int(time.time() * 1000),
         )
+        return _GroupOutcome(staged, counted.read, counted.dropped, written)
 
-    def _row_groups(self, group: GroupToRewrite) -> Iterator[pa.Table]:
+    def _row_groups(self, group: GroupToRewrite, counted: _Counted) -> Iterator[pa.Table]:
         """The group's rows (those the filter keeps) as tables of the file schema, each up to
-        one row group; no empty table."""
+        one row group; no empty table. Counts the rows read and dropped into ``counted``."""
         read = DeltaFileReader(self._snapshot)
         values = dict(group.read_values)
         pending: list[pa.RecordBatch] = []
@@ -186,6 +242,7 @@ class _GroupRewriter:
                 split = FileSplit(path=path, size_bytes=file_size, partition_values=values)
                 for batch in read(split):
                     pending.append(batch)
+                    counted.read += batch.num_rows
                     rows += batch.num_rows
                     size += batch.nbytes
                     # Small files make small batches: buffered up to one row group.
@@ -193,7 +250,7 @@ class _GroupRewriter:
                         rows >= self._options.row_group_rows
                         or size >= self._options.row_group_bytes
                     ):
-                        yield from self._kept(pending)
+                        yield from self._kept(pending, counted)
                         pending, rows, size = [], 0, 0
             except (OSError, pa.ArrowException) as err:
                 raise StagingError(
@@ -201,16 +258,26 @@ class _GroupRewriter:
                     f"({type(err).__name__}: {err}); nothing was committed. The file may have "
                     "been deleted (VACUUM) or damaged since it was committed."
                 ) from err
-        yield from self._kept(pending)
+        yield from self._kept(pending, counted)
 
-    def _kept(self, batches: list[pa.RecordBatch]) -> Iterator[pa.Table]:
+    def _kept(self, batches: list[pa.RecordBatch], counted: _Counted) -> Iterator[pa.Table]:
         """``batches`` (of the logical schema) filtered and cast to the file schema, if any row
         remains. (Filtered a row group at a time: a filter may cost per call.)"""
         if not batches:
             return
         table: Any = pa.Table.from_batches(batches)
         if self._row_filter is not None:
+            before = table.num_rows
             table = self._row_filter(table)
+            counted.dropped += before - table.num_rows
         if table.num_rows:
             schema = self._layout.file_schema
             yield table.select(schema.names).cast(schema)
+
+
+@dataclass
+class _Counted:
+    """Rows one group's task read and dropped so far."""
+
+    read: int = 0
+    dropped: int = 0

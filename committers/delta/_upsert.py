@@ -64,8 +64,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from committers.delta._arrow_rewrite import GroupToRewrite, rewrite_groups
-from committers.delta._committable import ReplacedFile, Rewrite, StagedFile, StagedRewrite
+from committers.delta._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
+from committers.delta._committable import ReplacedFile, Rewrite, StagedRewrite
 from committers.delta._delta_schema import DeltaField, arrow_type, quote, spark_type, walk
 from committers.delta._options import Staging, WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
@@ -91,6 +91,7 @@ from framework.errors import (
     CommitConflictError,
     ConfigurationError,
     ConstraintViolationError,
+    RowCountMismatchError,
     SchemaMismatchError,
     StagingError,
     UnsupportedTypeError,
@@ -545,11 +546,12 @@ class UpsertStager:
                 (raised in a Spark task).
             UnsupportedTableFeatureError: a file that may hold a key cannot be read or removed
                 exactly (its logged path).
-            StagingError: the rewrite did not reproduce the rows it should have.
+            RowCountMismatchError: the files staged do not hold the rows the jobs wrote, or
+                those are not the touched files' kept rows plus the batch's new rows.
         """
-        staged = self._run(df, epoch)
+        staged, written = self._run(df, epoch)
         staged.redo = lambda: self._redo(df, epoch)
-        return staged, sum(f.num_records for f in staged)
+        return staged, written
 
     def _redo(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
         from framework.spark._errors import translate_task_error
@@ -559,7 +561,7 @@ class UpsertStager:
         group: str | None = None
         try:
             with staging_job_group(df) as group:
-                return self._run(df, again)
+                return self._run(df, again)[0]  # (its rows checked as the first run's)
         except Exception as err:
             wait_for_tasks_to_end(df, group)  # no late file may follow the clean-up
             translated = translate_task_error(err)
@@ -567,7 +569,7 @@ class UpsertStager:
                 raise
             raise translated from err
 
-    def _run(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
+    def _run(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
         table = open_table(self._location)  # snapshot V (None: the commit creates the table)
         read_version = None if table is None else table.version()
         checked = self._checked(df).persist()
@@ -794,7 +796,8 @@ class UpsertStager:
         latest: DataFrame,
         batch: tuple[_BatchKeys, int, int],
         epoch: Epoch,
-    ) -> StagedRewrite:
+    ) -> tuple[StagedRewrite, int]:
+        """The batch's staging and the rows its jobs wrote (counted as they wrote them)."""
         from pyspark.sql import functions as F
 
         keys, changes, upserts = batch
@@ -830,7 +833,7 @@ class UpsertStager:
         rewrite = Rewrite(read_version=read_version, replaced=replaced, keys=self._upsert.keys)
         if not touched and not upserts:  # nothing to write: a commit of the txn alone
             metrics.update(numTargetFilesAdded=0, numTargetRowsCopied=0)
-            return StagedRewrite([], rewrite=dataclasses.replace(rewrite, metrics=metrics))
+            return StagedRewrite([], rewrite=dataclasses.replace(rewrite, metrics=metrics)), 0
         stager = SparkParquetStager(
             self._location, self._plan.layout, self._options, self._bytes_per_row
         )
@@ -847,25 +850,28 @@ class UpsertStager:
             stager.write_manifest(epoch, also_owned=(kept_directory,))
             with _in_parallel(
                 lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
-            ) as kept_files:  # (the new rows are planned while the tasks run)
+            ) as kept_rewrite:  # (the new rows are planned while the tasks run)
                 staged, rows = ([], 0)
                 if upserts:
                     staged, rows = stager.write(self._new_rows(latest, upserts), epoch)
-            staged += kept_files()
-            rows += sum(f.num_records for f in kept_files())
+            rewritten = kept_rewrite()
+            staged += rewritten.files
+            rows += rewritten.rows_written
         matched_rows = sum(matched.values())
         if all(f.records is not None for f in touched):
             copied = sum(f.records or 0 for f in touched) - matched_rows
             if rows != copied + upserts:
-                raise StagingError(
+                raise RowCountMismatchError(
                     f"the upsert into {self._location.uri} wrote {rows} rows where the files it "
-                    f"rewrites keep {copied} and the batch adds {upserts}; nothing was "
-                    "committed. A file may have been deleted while it was read (VACUUM) or "
-                    "skipped by spark.sql.files.ignoreMissingFiles / ignoreCorruptFiles."
+                    f"rewrites keep {copied} and the batch adds {upserts} ({copied + upserts}); "
+                    "nothing was committed. A file may have been deleted while it was read "
+                    "(VACUUM) or skipped by spark.sql.files.ignoreMissingFiles / "
+                    "ignoreCorruptFiles."
                 )
             metrics["numTargetRowsCopied"] = copied
         metrics["numTargetFilesAdded"] = len(staged)
-        return StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
+        staging = StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
+        return staging, rows
 
     def _new_rows(self, latest: DataFrame, upserts: int) -> DataFrame:
         """The latest changes that are not deletes, through the table's rules, in partitions
@@ -1034,7 +1040,7 @@ class UpsertStager:
         actions: pa.Table,
         drop: KeysToDrop,
         directory: str,
-    ) -> list[StagedFile]:
+    ) -> Rewritten:
         """The touched files' rows whose key the batch does not name, rewritten by Python
         tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
         partition_by = list(self._plan.shape.partition_by)
@@ -1106,7 +1112,7 @@ class UpsertStager:
 
 
 @contextlib.contextmanager
-def _in_parallel(work: Callable[[], list[StagedFile]]) -> Iterator[Callable[[], list[StagedFile]]]:
+def _in_parallel(work: Callable[[], Rewritten]) -> Iterator[Callable[[], Rewritten]]:
     """Run ``work`` (Spark jobs) in another thread while the body runs its own: Spark's
     scheduler then fills the cores the body's job leaves idle. Yields the way to ``work``'s
     result once the body is done (re-raising its error). The thread inherits this thread's
@@ -1114,7 +1120,7 @@ def _in_parallel(work: Callable[[], list[StagedFile]]) -> Iterator[Callable[[], 
     waits for ``work`` to end, so nothing it writes can follow the clean-up."""
     from pyspark.util import InheritableThread
 
-    outcome: list[list[StagedFile] | BaseException] = []
+    outcome: list[Rewritten | BaseException] = []
 
     def run() -> None:
         try:
@@ -1125,7 +1131,7 @@ def _in_parallel(work: Callable[[], list[StagedFile]]) -> Iterator[Callable[[], 
     thread = InheritableThread(run)
     thread.start()
 
-    def result() -> list[StagedFile]:
+    def result() -> Rewritten:
         done = outcome[0]
         if isinstance(done, BaseException):
             raise done
