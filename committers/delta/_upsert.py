@@ -70,7 +70,7 @@ from committers.delta._delta_schema import DeltaField, arrow_type, quote, spark_
 from committers.delta._options import Staging, WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._rules import WritePlan
-from committers.delta._schema import serialize_partition_value
+from committers.delta._schema import HIVE_NULL, serialize_partition_value
 from committers.delta._snapshot import Snapshot, reader_features
 from committers.delta._source import spell_partition_value
 from committers.delta._spark_staging import (
@@ -786,6 +786,32 @@ class UpsertStager:
                     "wrote it (e.g. delta-rs's optimize.compact())."
                 )
 
+    def _check_spark_keeps_values(self, touched: list[_LiveFile], actions: pa.Table) -> None:
+        """Spark's writer can carry every partition value of the touched files over to their
+        kept rows: it names the directory of NULL ``__HIVE_DEFAULT_PARTITION__`` and reads
+        that name back as NULL, so a string partition value spelled so would turn into NULL.
+
+        Raises:
+            UnsupportedTableFeatureError: naming the first file holding such a value.
+        """
+        strings = [f.name for f in self._plan.shape.schema.fields if f.type == "string"]
+        columns = [c for c in self._plan.shape.partition_by if c in strings]
+        if not columns:
+            return
+        values = actions.take([f.index for f in touched]).column("partition").combine_chunks()
+        for column in columns:
+            held = values.field(column).to_pylist()
+            if HIVE_NULL in held:
+                f = touched[held.index(HIVE_NULL)]
+                raise UnsupportedTableFeatureError(
+                    f"mode='upsert' cannot rewrite file {f.logged_path!r} of "
+                    f"{self._location.uri} with Spark's writer: its partition column "
+                    f"{column!r} holds the string {HIVE_NULL!r}, the directory name Spark's "
+                    "writer gives NULL, so the rows it keeps would come back as NULL. Nothing "
+                    "was committed. Use staging='auto' with batches of at most "
+                    f"{PRUNE_KEYS_LIMIT} keys (Python tasks keep the rows with their value)."
+                )
+
     # -- 3. touched files, 4. rewrite ------------------------------------------------------
 
     def _rewrite(
@@ -840,6 +866,7 @@ class UpsertStager:
         drop = self._keys_to_drop(keys) if touched else None
         if touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
+            self._check_spark_keeps_values(touched, actions)
             kept = self._kept_rows(session, touched, actions, batch_keys(*key_names))
             staged, rows = stager.stage(self._new_rows(latest, upserts).union(kept), epoch)
         elif drop is None:  # no file touched: the new rows only
