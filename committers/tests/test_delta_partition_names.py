@@ -89,20 +89,32 @@ def test_hidden_looking_partition_names_are_appended_and_read_back_exactly(spark
 
 @pytest.mark.usefixtures("each_staging")
 def test_a_table_partitioned_by_underscore_2_made_by_delta_rs_takes_appends(spark, tmp_path):
-    # Delta's golden table data-reader-escaped-chars is partitioned by a column named `_2`.
+    """Delta's golden table data-reader-escaped-chars is partitioned by a column named `_2`;
+    delta-rs writes such a table's files into `_2=<value>/` at the root."""
     table = str(tmp_path / "golden")
     made = pa.table({"_1": ["foo1", "bar1"], "_2": ["foo1", "bar%2F%3F1"]})
     write_deltalake(table, made, partition_by=["_2"])
     appended = spark.createDataFrame(
         [("a", "1"), ("b", "x/y"), ("c", "s p"), ("d", None)], "_1 string, _2 string"
     )
-    metrics = TwoPhaseSink(DeltaSink(table, app_id="golden")).write(appended, epoch_id=1)
+    sink = DeltaSink(table, app_id="golden")
+    metrics = TwoPhaseSink(sink).write(appended, epoch_id=1)
     assert metrics.rows == 4 and metrics.status == "committed"
     expected = made.to_pylist() + [r.asDict() for r in appended.collect()]
     key = lambda r: r["_1"]  # noqa: E731
     assert sorted(read_rows(table), key=key) == sorted(expected, key=key)
     assert sorted(duckdb_rows(table), key=key) == sorted(expected, key=key)
     assert DeltaTable(table).version() == 1
+    # delta-rs's live files under `_2=foo1/` are kept; an orphan beside them is deleted.
+    orphan = Path(table) / "_2=foo1" / "part-00001-orphan-c000.snappy.parquet"
+    shutil.copyfile(next((Path(table) / "_2=foo1").glob("*.parquet")), orphan)
+    os.utime(orphan, (time.time() - 7200,) * 2)
+    removed = sink.remove_orphan_files(
+        retention=datetime.timedelta(0), unsafe_allow_short_retention=True
+    )
+    assert removed == ["_2=foo1/part-00001-orphan-c000.snappy.parquet"]
+    assert sorted(read_rows(table), key=key) == sorted(expected, key=key)
+    assert_no_orphans(table)
 
 
 @pytest.mark.usefixtures("each_staging")
