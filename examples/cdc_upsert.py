@@ -6,18 +6,22 @@ Run with `python examples/cdc_upsert.py`. What it shows:
 1. A generated change feed (a seeded random one): each file is one micro-batch of changes to
    customers, each change carrying its key (`id`), a sequence (`ts`) and an operation (`op`:
    I, U or D). Files mix new customers, updates, deletes, deletes followed by a re-insert, two
-   updates of one customer arriving out of order, and deletes of customers that never existed.
+   updates of one customer arriving out of order, deletes of customers that never existed, and
+   late changes: an update or a delete stamped before the customer's stored version, arriving
+   in a later file (it must change nothing). Deletes carry only the key, `ts` and `op`.
 2. A streaming query applies them with
    `DeltaSink(uri, mode="upsert", keys=["id"], sequence_by="ts", delete_when="op = 'D'")`:
-   every micro-batch is reduced to the newest change per key and applied as ONE Delta
-   transaction, rewriting (in Spark) only the files that hold its keys.
+   every micro-batch is reduced to the newest change per key, each compared with the stored
+   row's `ts`, and applied as ONE Delta transaction, rewriting only the files that hold the
+   rows it changes.
 3. Run 1 applies the first files. Run 2 runs as a process of its own and is SIGKILLed, driver,
    JVM and workers at once, after it staged the next batch and before its commit (the crash
    point `SPARKSINK_CRASH_AT=before_commit@<batch>`). Run 3 restarts from the same checkpoint:
    the batch is computed again and committed once, then the rest follows.
 4. The table is read back with delta-rs (no Spark) and must equal, row for row, the state
-   computed from the feed in plain Python with the same rule (the highest `ts` per key wins;
-   on a tie, a change that is not a delete).
+   computed from the feed in plain Python with the same rules (the highest `ts` per key wins;
+   on a tie, a change that is not a delete; it applies unless the stored row's `ts` is higher,
+   or equal for a delete).
 """
 
 from __future__ import annotations
@@ -42,30 +46,37 @@ CUSTOMERS_PER_FILE = 30
 APP_ID = "customers-cdc"
 CHANGE_SCHEMA = "id LONG, name STRING, tier STRING, ts LONG, op STRING"
 COLUMNS = ["id", "name", "tier", "ts"]  # what the table holds: op is what delete_when reads
+TS = COLUMNS.index("ts")
 
 
 def change_feed(files: int, seed: int = SEED) -> list[list[dict[str, Any]]]:
     """``files`` batches of changes (dicts of ``CHANGE_SCHEMA``), deterministic for a seed."""
     rng = random.Random(seed)
     live: list[int] = []
+    stamped: dict[int, int] = {}  # each live customer's newest ts, as of the files before
     next_id, ts = 1, 0
     feed: list[list[dict[str, Any]]] = []
 
-    def change(key: int, op: str, name: str | None = None) -> None:
+    def change(key: int, op: str, name: str | None = None, at: int | None = None) -> None:
         nonlocal ts
         ts += 1
         tier = None if op == "D" else rng.choice(["bronze", "silver", "gold"])
-        feed[-1].append({"id": key, "name": name, "tier": tier, "ts": ts, "op": op})
+        stamp = ts if at is None else at
+        feed[-1].append({"id": key, "name": name, "tier": tier, "ts": stamp, "op": op})
 
     for _ in range(files):
         feed.append([])
         for key in rng.sample(live, min(len(live), CUSTOMERS_PER_FILE // 3)):
             roll = rng.random()
-            if roll < 0.5:  # an update (which may move the row to another tier)
+            if roll < 0.4:  # an update (which may move the row to another tier)
                 change(key, "U", f"customer-{key}-v{ts}")
-            elif roll < 0.7:  # two updates in one batch: the higher ts wins, wherever it is
+            elif roll < 0.55:  # two updates in one batch: the higher ts wins, wherever it is
                 change(key, "U", f"customer-{key}-older")
                 change(key, "U", f"customer-{key}-newer")
+            elif roll < 0.65:  # late: stamped before the stored version, it changes nothing
+                change(key, "U", f"customer-{key}-late", at=stamped[key] - 1)
+            elif roll < 0.7:  # a late delete: the same
+                change(key, "D", at=stamped[key] - 1)
             elif roll < 0.9:
                 change(key, "D")
                 live.remove(key)
@@ -77,12 +88,14 @@ def change_feed(files: int, seed: int = SEED) -> list[list[dict[str, Any]]]:
             live.append(next_id)
             next_id += 1
         change(1_000_000 + ts, "D")  # a customer that never existed
+        for c in feed[-1]:
+            stamped[c["id"]] = max(stamped.get(c["id"], 0), c["ts"])
         rng.shuffle(feed[-1])  # a file's order is not the order of its changes
     return feed
 
 
 def expected_state(feed: list[list[dict[str, Any]]]) -> list[tuple[Any, ...]]:
-    """The table the feed should leave, computed in plain Python with the sink's rule."""
+    """The table the feed should leave, computed in plain Python with the sink's rules."""
     state: dict[int, tuple[Any, ...]] = {}
     for batch in feed:
         latest: dict[int, dict[str, Any]] = {}
@@ -91,6 +104,9 @@ def expected_state(feed: list[list[dict[str, Any]]]) -> list[tuple[Any, ...]]:
             if held is None or (c["ts"], c["op"] != "D") > (held["ts"], held["op"] != "D"):
                 latest[c["id"]] = c
         for key, c in latest.items():
+            stored = state.get(key)  # ranks as a change that is not a delete, at its ts
+            if stored is not None and (stored[TS], True) > (c["ts"], c["op"] != "D"):
+                continue  # stale: the stored row is newer (and a delete loses a tie to it)
             if c["op"] == "D":
                 state.pop(key, None)
             else:

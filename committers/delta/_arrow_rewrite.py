@@ -17,9 +17,10 @@ each group becomes one file:
   timestamps, footer statistics, stats collected from the rows as the Python staging writer
   does) into ``<directory>/<partition dirs>/part-<group>-<uuid>.<codec>.parquet``;
 * the partition values are the exact strings the log stores for the group;
-* each task counts the rows it reads, the rows the filter drops and the rows it writes; the
-  driver checks that the files it collected hold exactly the rows written, and the rows
-  written are the rows read less the rows dropped (``RowCountMismatchError`` otherwise).
+* each group's task counts the rows it reads, the rows the filter drops and the rows it
+  writes (:class:`GroupOutcome`); :func:`check_rows` holds the files to those counts: the
+  files hold exactly the rows written, and those are the rows read less the rows dropped
+  (``RowCountMismatchError`` otherwise).
 
 The caller names ``directory`` in a staging manifest before any task starts, so a failed or
 killed rewrite's files are found and deleted exactly as those of Spark's writer.
@@ -27,32 +28,46 @@ killed rewrite's files are found and deleted exactly as those of Spark's writer.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
 from committers.delta._committable import StagedFile, logged_records
 from committers.delta._options import WriterOptions
 from committers.delta._rules import FileLayout
-from committers.delta._schema import partition_dir
+from committers.delta._schema import partition_dir, serialize_partition_value
 from committers.delta._snapshot import Snapshot
-from committers.delta._source import DeltaFileReader
+from committers.delta._source import DeltaFileReader, spell_partition_value
 from committers.delta._stats import FileStatsCollector
 from committers.delta._writer import parquet_writer
 from framework._row_count import check_row_count
-from framework.errors import StagingError
+from framework.errors import SinkError, StagingError
 from framework.source import FileSplit
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["GroupToRewrite", "Rewritten", "RowFilter", "rewrite_groups"]
+__all__ = [
+    "GroupOutcome",
+    "GroupRewriter",
+    "GroupToRewrite",
+    "Rewritten",
+    "RowFilter",
+    "check_rows",
+    "file_group",
+    "in_tasks",
+    "rewrite_groups",
+    "rewriting",
+]
+
+T = TypeVar("T")
 
 #: Bytes of input files per Spark task, beyond one task per core. A PySpark task costs some
 #: 25 ms of its own (measured in local[2]), so small groups share tasks; large compactions
@@ -81,10 +96,32 @@ class GroupToRewrite:
         return sum(size for _, size in self.files)
 
 
+def file_group(index: int, path: str, size: int, partition: Mapping[str, Any]) -> GroupToRewrite:
+    """The group of one live file, its typed ``partition`` values spelled for the log and for
+    the reader (so a row filter sees the partition columns)."""
+    return GroupToRewrite(
+        index=index,
+        files=((path, size),),
+        partition_values=tuple((c, serialize_partition_value(v)) for c, v in partition.items()),
+        read_values=tuple((c, spell_partition_value(v)) for c, v in partition.items()),
+    )
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """One group's rewrite, from its task: the file written (``None``: no row kept) and the
+    rows the task read, dropped (by the row filter) and wrote, as it counted them."""
+
+    file: StagedFile | None
+    rows_read: int
+    rows_dropped: int
+    rows_written: int
+
+
 @dataclass(frozen=True)
 class Rewritten:
     """What a rewrite staged: its files (one per group that kept a row, in no order) and the
-    rows its tasks read, dropped (by the row filter) and wrote, as they counted them."""
+    rows its tasks read, dropped and wrote."""
 
     files: list[StagedFile]
     rows_read: int = 0
@@ -92,15 +129,30 @@ class Rewritten:
     rows_written: int = 0
 
 
-@dataclass(frozen=True)
-class _GroupOutcome:
-    """One group's result, from its task: the file written (``None``: no row kept) and the
-    rows counted on the way."""
+def check_rows(what: str, outcomes: list[GroupOutcome]) -> Rewritten:
+    """The rewrite of ``outcomes`` (``what`` names it in messages), once its files hold
+    exactly the rows its tasks wrote, and those are the rows read less the rows dropped.
 
-    file: StagedFile | None
-    rows_read: int
-    rows_dropped: int
-    rows_written: int
+    Raises:
+        RowCountMismatchError: naming both numbers.
+    """
+    rewritten = Rewritten(
+        files=[o.file for o in outcomes if o.file is not None],
+        rows_read=sum(o.rows_read for o in outcomes),
+        rows_dropped=sum(o.rows_dropped for o in outcomes),
+        rows_written=sum(o.rows_written for o in outcomes),
+    )
+    check_row_count(
+        what,
+        written=rewritten.rows_written,
+        committed=sum(logged_records(f) for f in rewritten.files),
+    )
+    check_row_count(
+        f"{what}, keeping {rewritten.rows_read} rows read less {rewritten.rows_dropped} dropped,",
+        written=rewritten.rows_written,
+        committed=rewritten.rows_read - rewritten.rows_dropped,
+    )
+    return rewritten
 
 
 def rewrite_groups(
@@ -116,48 +168,60 @@ def rewrite_groups(
 ) -> Rewritten:
     """Rewrite each group as one file under ``directory`` (relative to the table root), in
     Spark tasks each rewriting whole groups; the staged files, one per group that keeps a row
-    (none is written for a group without rows), and the rows counted. ``row_filter`` (run in
-    the tasks, on up to a row group of rows at a time) keeps the rows it returns; errors name
-    ``operation``.
+    (none is written for a group without rows), in no order, and the rows counted.
+    ``row_filter`` (run in the tasks, on up to a row group of rows at a time) keeps the rows
+    it returns; errors name ``operation``.
 
     Raises:
-        RowCountMismatchError: the files collected do not hold the rows the tasks wrote, or
-            those are not the rows read less the rows dropped.
+        RowCountMismatchError: see :func:`check_rows`.
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files
             already written stay under ``directory`` for the caller's clean-up.
     """
+    rewriter = GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
+    outcomes = in_tasks(spark, groups, rewriter.rewrite)
+    return check_rows(f"{operation} of {snapshot.location.uri} (staged in {directory})", outcomes)
+
+
+def in_tasks(
+    spark: SparkSession, groups: list[GroupToRewrite], work: Callable[[GroupToRewrite], T]
+) -> list[T]:
+    """``work`` (picklable) applied to every group in Spark tasks, each task taking whole
+    groups of about equal bytes (one task per core, more for large rewrites: see
+    :data:`TASK_BYTES`); the results, in no order.
+
+    Raises:
+        Exception: the Spark job's error.
+    """
     if not groups:
-        return Rewritten([])
-    rewrite = _GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
+        return []
     total = sum(g.size for g in groups)
     cores = max(1, spark.sparkContext.defaultParallelism)
     tasks = _pack(groups, max(cores, math.ceil(total / TASK_BYTES)))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    outcomes = _collect(rdd.flatMap(lambda task: [rewrite(g) for g in task]))
-    rewritten = Rewritten(
-        files=[o.file for o in outcomes if o.file is not None],
-        rows_read=sum(o.rows_read for o in outcomes),
-        rows_dropped=sum(o.rows_dropped for o in outcomes),
-        rows_written=sum(o.rows_written for o in outcomes),
-    )
-    what = f"{operation} of {snapshot.location.uri} (staged in {directory})"
-    check_row_count(
-        what,
-        written=rewritten.rows_written,
-        committed=sum(logged_records(f) for f in rewritten.files),
-    )
-    check_row_count(
-        f"{what}, keeping {rewritten.rows_read} rows read less {rewritten.rows_dropped} dropped,",
-        written=rewritten.rows_written,
-        committed=rewritten.rows_read - rewritten.rows_dropped,
-    )
-    return rewritten
+    return rdd.flatMap(lambda task: [work(g) for g in task]).collect()
 
 
-def _collect(rdd: Any) -> list[_GroupOutcome]:
-    """The groups' outcomes, brought to the driver (one job)."""
-    outcomes: list[_GroupOutcome] = rdd.collect()
-    return outcomes
+@contextlib.contextmanager
+def rewriting(spark: SparkSession, failure: str) -> Iterator[None]:
+    """Run the body's Spark jobs in a job group; on failure, wait for its tasks to stop (no
+    late file may follow the clean-up) and raise the sink's error: a ``SinkError`` a task
+    raised, or a ``StagingError`` starting with ``failure``."""
+    from framework.spark._errors import translate_task_error
+    from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
+
+    probe = spark.range(0)
+    group: str | None = None
+    try:
+        with staging_job_group(probe) as group:
+            yield
+    except BaseException as err:
+        wait_for_tasks_to_end(probe, group)
+        if isinstance(err, (SinkError, KeyboardInterrupt, SystemExit)):
+            raise
+        translated = translate_task_error(err)
+        if translated is not err:
+            raise translated from err
+        raise StagingError(f"{failure}: {err}") from err
 
 
 def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]]:
@@ -171,8 +235,9 @@ def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]
     return tasks
 
 
-class _GroupRewriter:
-    """The task's work (pickled to the Python workers)."""
+class GroupRewriter:
+    """Rewrites one group as one file (see the module docstring); pickles to the Python
+    workers."""
 
     def __init__(
         self,
@@ -190,12 +255,13 @@ class _GroupRewriter:
         self._operation = operation
         self._row_filter = row_filter
 
-    def __call__(self, group: GroupToRewrite) -> _GroupOutcome:
+    def rewrite(self, group: GroupToRewrite) -> GroupOutcome:
+        """The staged file (``None`` when no row is kept) and the rows counted."""
         counted = _Counted()
         tables = self._row_groups(group, counted)
         first = next(tables, None)
         if first is None:  # empty files only, or every row filtered out
-            return _GroupOutcome(None, counted.read, counted.dropped, 0)
+            return GroupOutcome(None, counted.read, counted.dropped, 0)
         location = self._snapshot.location
         schema = self._layout.file_schema
         values = dict(group.partition_values)
@@ -228,19 +294,19 @@ class _GroupRewriter:
             stats=stats.to_json(metadata),
             modification_time=int(time.time() * 1000),
         )
-        return _GroupOutcome(staged, counted.read, counted.dropped, written)
+        return GroupOutcome(staged, counted.read, counted.dropped, written)
 
     def _row_groups(self, group: GroupToRewrite, counted: _Counted) -> Iterator[pa.Table]:
         """The group's rows (those the filter keeps) as tables of the file schema, each up to
         one row group; no empty table. Counts the rows read and dropped into ``counted``."""
-        read = DeltaFileReader(self._snapshot)
+        reader = DeltaFileReader(self._snapshot)
         values = dict(group.read_values)
         pending: list[pa.RecordBatch] = []
         rows = size = 0
         for path, file_size in group.files:
             try:
                 split = FileSplit(path=path, size_bytes=file_size, partition_values=values)
-                for batch in read(split):
+                for batch in reader(split):
                     pending.append(batch)
                     counted.read += batch.num_rows
                     rows += batch.num_rows

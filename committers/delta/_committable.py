@@ -55,8 +55,8 @@ def logged_records(staged: StagedFile) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class ReplacedFile:
-    """A live file of the table that a rewrite (an upsert) replaces: the commit that adds the
-    rewritten rows removes it.
+    """A live file of the table that a rewrite (an upsert, an overwrite's ``replace_where``)
+    replaces: the commit that adds the rewritten rows removes it.
 
     Attributes:
         logged_path: the path as the log stores it (URL-encoded): what "still live" is
@@ -81,14 +81,18 @@ class Rewrite:
         read_version: the snapshot the batch was computed on (``None``: no table yet).
         replaced: the files the commit removes; each must still be live in the snapshot the
             commit lands on.
-        metrics: counters for the commit's ``operationMetrics`` (delta-spark's MERGE names).
-        keys: the key columns, for the commit's ``operationParameters``.
+        metrics: counters for the commit's ``operationMetrics`` (delta-spark's names).
+        keys: an upsert's key columns, for the commit's ``operationParameters``.
+        unchanged: logged paths of live files an overwrite's ``replace_where`` read and found
+            without a matching row (kept as they are): with ``replaced``, every file the
+            commit may leave in place although it may hold matching rows.
     """
 
     read_version: int | None
     replaced: tuple[ReplacedFile, ...] = ()
     metrics: Mapping[str, int] = field(default_factory=dict)
     keys: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,8 +14,10 @@ import json
 import logging
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import (
@@ -36,11 +38,13 @@ from committers.delta._committable import (
     StagedRewrite,
     logged_records,
 )
+from committers.delta._options import Staging, WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
-from committers.delta._replace_where import ReplaceWhere, with_replace_where
+from committers.delta._replace_rewrite import replace_rows
+from committers.delta._replace_where import FileClassifier, ReplaceWhere, with_replace_where
 from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._rules import TableShape, WritePlan, new_table_schema, plan_write
-from committers.delta._schema import SchemaMode, merge_schemas
+from committers.delta._schema import SchemaMode, merge_schemas, serialize_partition_value
 from committers.delta._staging import (
     STAGING_DIR,
     epoch_staging_dir,
@@ -60,12 +64,13 @@ from committers.delta._table import (
     removal_path,
 )
 from committers.delta._upload import abort_incomplete_uploads
-from committers.delta._upsert import UpsertConflictError
+from committers.delta._upsert import UpsertConflictError, classic_session
 from framework._crash import crash_point
 from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     ConcurrentWriterError,
+    DestinationError,
     EpochRegressionError,
 )
 from framework.sink import Epoch, GlobalCommitter
@@ -112,10 +117,16 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         user_metadata: str | None = None,
         overwrite: bool = False,
         replace_where: ReplaceWhere | None = None,
+        rewrite_options: WriterOptions | None = None,
+        staging: Staging = "auto",
     ) -> None:
+        """``rewrite_options``, ``staging``: how an overwrite whose ``replace_where`` reads
+        data columns rewrites the files holding matching rows (see ``_replace_rewrite``)."""
         self._location = location
         self._overwrite = overwrite
         self._replace_where = replace_where
+        self._rewrite_options = rewrite_options or WriterOptions()
+        self._staging: Staging = staging
         self._plan = plan
         self._input_schema = input_schema
         self._schema_mode = schema_mode
@@ -213,7 +224,16 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
 
     def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:
         """One committable of the epoch's files; an upsert's staging (a
-        :class:`StagedRewrite`) also brings the files its commit removes."""
+        :class:`StagedRewrite`) also brings the files its commit removes. An overwrite whose
+        ``replace_where`` reads data columns rewrites here the files holding matching rows
+        (:func:`~committers.delta._replace_rewrite.replace_rows`), for the same commit.
+
+        Raises:
+            StagingError, UnsupportedTableFeatureError: that rewrite failed or is impossible;
+                nothing is committed, and the engine's abort deletes what it wrote.
+        """
+        if not isinstance(committables, StagedRewrite) and self._rewrites_rows():
+            committables = self._replaced_rows(epoch, committables, attempt=0)
         rewrite = None
         if isinstance(committables, StagedRewrite):
             rewrite = committables.rewrite
@@ -221,6 +241,34 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         return DeltaCommittable(
             epoch=epoch, files=tuple(sorted(committables, key=lambda f: f.path)), rewrite=rewrite
         )
+
+    def _rewrites_rows(self) -> bool:
+        where = self._replace_where
+        return where is not None and not where.on_partitions_only
+
+    def _replaced_rows(
+        self, epoch: Epoch, new_files: list[StagedFile], *, attempt: int
+    ) -> StagedRewrite:
+        """``new_files`` with the kept rows of the files the overwrite rewrites on the
+        newest snapshot; it can be redone once (``attempt`` 1, into a new directory)."""
+        assert self._replace_where is not None
+        table = self.table()
+        if table is None:  # the commit creates the table: nothing to replace
+            return StagedRewrite(new_files, rewrite=Rewrite(read_version=None))
+        kept, rewrite = replace_rows(
+            self._location,
+            table,
+            self._replace_where,
+            self._rewrite_options,
+            epoch,
+            attempt=attempt,
+            staging=self._staging,
+            session=classic_session(),
+        )
+        redo = None
+        if attempt == 0:
+            redo = lambda: self._replaced_rows(epoch, new_files, attempt=1)  # noqa: E731
+        return StagedRewrite([*new_files, *kept], rewrite=rewrite, redo=redo)
 
     def commit(self, global_committables: list[DeltaCommittable]) -> list[DeltaCommittable]:
         for committable in global_committables:
@@ -250,6 +298,15 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """
         epoch = committable.epoch
         staged = self._rewrites.get(_key(epoch))
+        if staged is not None and staged.redo is None and self._rewrites_rows():
+            raise CommitConflictError(
+                f"the overwrite (epoch {epoch.epoch_id} of app id {epoch.app_id!r}) could not "
+                f"be committed to {self._location.uri}: {stale} It was computed again on the "
+                "newer snapshot and another writer changed the files it replaces again. "
+                "Nothing of it was committed and its staged files are deleted; re-running the "
+                "write computes it on the table as it is then. Let one writer change these "
+                "rows, or retry at a quieter time."
+            ) from stale
         if staged is None or staged.redo is None:
             raise UpsertConflictError(
                 f"batch {epoch.epoch_id} of app id {epoch.app_id!r} could not be committed to "
@@ -347,9 +404,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         actions: list[AddAction | RemoveAction] = [_add_action(f) for f in committable.files]
         replacing = self._overwrite or epoch.output_mode == "complete"
         if self._replace_where is not None:
-            removes = self._files_replaced(table)
-            removed, actions = len(removes), [*removes, *actions]
-        elif committable.rewrite is not None:
+            self._write_replacement(table, committable, actions)
+            return
+        if committable.rewrite is not None:
             now = int(time.time() * 1000)
             removes = [
                 RemoveAction(f.path, True, now, f.size) for f in committable.rewrite.replaced
@@ -362,7 +419,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         exact = replacing or committable.rewrite is not None
         table.create_write_transaction(
             actions,
-            mode="overwrite" if replacing and self._replace_where is None else "append",
+            mode="overwrite" if replacing else "append",
             schema=table.schema(),
             partition_by=list(self._plan.shape.partition_by) or None,
             commit_properties=self._commit_properties(
@@ -371,37 +428,151 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             post_commithook_properties=_POST_COMMIT,
         )
 
-    def _files_replaced(self, table: DeltaTable) -> list[RemoveAction]:
-        """Remove actions for the files of ``table``'s snapshot whose partition values
-        ``replace_where`` matches (without partition values: ``extendedFileMetadata`` false,
-        as the protocol allows).
+    def _write_replacement(
+        self,
+        table: DeltaTable,
+        committable: DeltaCommittable,
+        adds: list[AddAction | RemoveAction],
+    ) -> None:
+        """The commit of an overwrite with ``replace_where``: its adds, and the removes of
+        the files it replaces in ``table``'s snapshot (:meth:`_files_replaced`), landing
+        right on top of that snapshot.
+
+        When the removed files are exactly the files of some partitions (always so for a
+        ``replace_where`` on partition columns), delta-rs's own overwrite removes them, so
+        the history records ``mode: Overwrite`` as delta-spark and delta-rs do; otherwise
+        (part of a partition rewritten, or of an unpartitioned table) the removes are
+        explicit actions, which delta-rs 1.6 accepts in an append only, recorded as
+        ``mode: Append``. The predicate is recorded either way.
+        """
+        removed, deleted = self._files_replaced(table, committable.rewrite)
+        filters = self._overwrite_filters(table, removed)
+        now = int(time.time() * 1000)
+        removes: list[AddAction | RemoveAction] = [
+            RemoveAction(path, True, now, f["size_bytes"]) for path, f in removed
+        ]
+        read_version = table.version()
+        table.create_write_transaction(
+            adds if filters is not None else [*removes, *adds],
+            mode="append" if filters is None else "overwrite",
+            schema=table.schema(),
+            partition_by=list(self._plan.shape.partition_by) or None,
+            partition_filters=filters or None,
+            commit_properties=self._commit_properties(
+                committable, removed_files=len(removed), retries=0, deleted_rows=deleted
+            ),
+            post_commithook_properties=_POST_COMMIT,
+        )
+        if filters is not None:  # (retries=0: it is the next version, or it raised)
+            self._check_removed(read_version + 1, {unquote(f["path"]) for _, f in removed})
+
+    def _check_removed(self, version: int, intended: set[str]) -> None:
+        """The commit at ``version``, whose removes delta-rs's overwrite derived from its
+        partition filters, removed exactly the ``intended`` files (decoded paths): the
+        filters were checked against delta-rs's file selection beforehand, through another
+        of its functions, so this confirms that both select alike.
 
         Raises:
-            UnsupportedTableFeatureError: a matching file's path is logged in a spelling
-                delta-rs cannot reproduce in a remove (another writer encoded it
-                differently): the overwrite could not remove it, so it is refused.
+            DestinationError: they differ; the commit stands (a removed file is still on
+                storage, so its rows can be added back), the message names the files.
+        """
+        path = self._location.path(f"_delta_log/{version:020d}.json")
+        try:
+            with self._location.filesystem().open(path, "rb") as handle:
+                actions = [json.loads(line) for line in handle.read().splitlines() if line]
+        except (OSError, ValueError) as err:  # the commit stands either way: no verdict
+            log.warning("could not read back version %s of %s: %s", version, path, err)
+            return
+        removed = {unquote(a["remove"]["path"]) for a in actions if "remove" in a}
+        if removed != intended:
+            raise DestinationError(
+                f"the overwrite committed version {version} of {self._location.uri}, and "
+                "delta-rs's overwrite removed other files than the replace_where selects: "
+                f"also {sorted(removed - intended)[:5]}, not {sorted(intended - removed)[:5]}. "
+                "The commit stands and removed files stay on storage; add back the rows of "
+                "those removed wrongly (read them with versionAsOf) and report this."
+            )
+
+    def _files_replaced(
+        self, table: DeltaTable, rewrite: Rewrite | None
+    ) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+        """The live files of ``table``'s snapshot the overwrite removes, each as the path a
+        ``RemoveAction`` takes and its row of ``get_add_actions(flatten=True)``: those whose
+        partition values make ``replace_where`` TRUE, and those ``rewrite`` replaced; and the
+        rows they delete, as far as the log counts them.
+
+        Raises:
+            _StaleRewrite: a live file that may hold matching rows was not read by ``rewrite``
+                (another writer added it since): the rewrite must be computed again.
+            UnsupportedTableFeatureError: a file to remove is logged in a spelling delta-rs
+                cannot reproduce in a remove (another writer encoded it differently): the
+                overwrite could not remove it, so it is refused.
         """
         assert self._replace_where is not None
-        now = int(time.time() * 1000)
-        removes = []
+        shape = TableShape.of_table(table)
+        where = self._replace_where.bind(
+            shape.arrow_schema(), self._location.uri, shape.partition_by
+        )
+        classify = FileClassifier(where, shape)
+        replaced = {f.logged_path for f in rewrite.replaced} if rewrite else set()
+        examined = replaced | set(rewrite.unchanged if rewrite else ())
+        removed, unread = [], []
+        deleted = rewrite.metrics.get("numDeletedRows", 0) if rewrite else 0
         for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-            partition = {
-                name[len("partition.") :]: value
-                for name, value in f.items()
-                if name.startswith("partition.")
-            }
-            if not self._replace_where.matches(partition):
+            if f["path"] in replaced:
+                removed.append(f)
                 continue
+            outcome = classify(f)
+            if outcome == "all":
+                removed.append(f)
+                deleted += f.get("num_records") or 0
+            elif outcome == "some" and f["path"] not in examined:
+                unread.append(f["path"])
+        if unread:
+            since = rewrite.read_version if rewrite else None
+            raise _StaleRewrite(
+                f"{len(unread)} files that may hold rows it replaces were added by another "
+                f"commit after version {since} (e.g. {unread[:3]}), so they were not read."
+            )
+        removals = []
+        for f in removed:
             path = removal_path(f["path"])
             if path is None:
                 raise UnsupportedTableFeatureError(
-                    f"cannot overwrite {self._location.uri} where {self._replace_where.text}: "
+                    f"cannot overwrite {self._location.uri} where {where.text}: "
                     f"the log spells file {f['path']!r} in a URL encoding delta-rs cannot "
                     "write in a remove action, so the file would stay. Nothing was "
                     "committed; rewrite the partition with the tool that wrote it."
                 )
-            removes.append(RemoveAction(path, True, now, f["size_bytes"]))
-        return removes
+            removals.append((path, f))
+        return removals, deleted
+
+    def _overwrite_filters(
+        self, table: DeltaTable, removed: list[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[str, str, str | list[str]]] | None:
+        """delta-rs partition filters (one conjunction: what its overwrite takes) under which
+        its overwrite removes exactly ``removed`` from ``table``'s snapshot (``[]``: every
+        file, no filter; empty ``in`` lists: none), or ``None`` when none does: part of a
+        partition kept, part of an unpartitioned table (or none of it) removed, or delta-rs
+        selecting other files than these (its ``= ''`` matches a NULL partition value logged
+        as null, not one logged as ``""``; its ``in`` matches no NULL)."""
+        partition_by = list(self._plan.shape.partition_by)
+        if not partition_by:
+            return [] if removed and len(removed) == len(table.file_uris()) else None
+        values: dict[str, set[str]] = {c: set() for c in partition_by}
+        for _, f in removed:
+            for c in partition_by:
+                value = serialize_partition_value(f.get(f"partition.{c}"))
+                values[c].add("" if value is None else value)  # delta-rs's NULL, verified
+        filters: list[tuple[str, str, str | list[str]]] = [
+            (c, "=", next(iter(values[c]))) if len(values[c]) == 1 else (c, "in", sorted(values[c]))
+            for c in partition_by
+        ]
+        with warnings.catch_warnings():  # (partition_filters is what its overwrite takes)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            selected = table.file_uris(partition_filters=filters)
+        chosen = {self._location.relative(u.split("://", 1)[-1]) for u in selected}
+        return filters if chosen == {unquote(f["path"]) for _, f in removed} else None
 
     def _holds(self, table: DeltaTable | None, epoch: Epoch) -> bool:
         """Whether ``table`` already holds ``epoch`` (before a commit, or to reconcile one).
@@ -499,7 +670,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         return record.version if record is not None and record.run_id == epoch.run_id else None
 
     def _commit_properties(
-        self, committable: DeltaCommittable, *, removed_files: int = 0, retries: int | None = None
+        self,
+        committable: DeltaCommittable,
+        *,
+        removed_files: int = 0,
+        retries: int | None = None,
+        deleted_rows: int | None = None,
     ) -> CommitProperties:
         """The txn that makes the commit idempotent; our keys, delta-spark's streaming
         operation parameters and metrics, and the user's metadata in its commitInfo."""
@@ -532,6 +708,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             )
             if committable.rewrite.read_version is not None:
                 metadata["readVersion"] = committable.rewrite.read_version
+        if deleted_rows is not None:
+            metadata["operationMetrics"]["numDeletedRows"] = str(deleted_rows)
         user_metadata = epoch.user_metadata or self._user_metadata
         if user_metadata:
             metadata["userMetadata"] = user_metadata
@@ -696,17 +874,18 @@ _POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_
 def _operation_parameters(
     epoch: Epoch, replace_where: ReplaceWhere | None, rewrite: Rewrite | None = None
 ) -> dict[str, str]:
-    """delta-spark's STREAMING UPDATE parameters, or a replaceWhere's ``predicate`` (merged
-    into delta-rs's own ``mode``); an upsert's ``upsertKeys``."""
+    """delta-spark's STREAMING UPDATE parameters, or a replaceWhere's ``predicate`` as the
+    text given (as delta-spark and delta-rs record a WRITE's; merged into delta-rs's own
+    ``mode``); an upsert's ``upsertKeys``."""
     if epoch.bounded:
         parameters = {"epochId": str(epoch.epoch_id)}
         if replace_where is not None:
-            parameters["predicate"] = json.dumps([replace_where.text])
+            parameters["predicate"] = replace_where.text
     else:
         parameters = {"outputMode": epoch.output_mode.capitalize(), "epochId": str(epoch.epoch_id)}
         if epoch.query_id is not None:
             parameters["queryId"] = epoch.query_id
-    if rewrite is not None:
+    if rewrite is not None and rewrite.keys:
         parameters["upsertKeys"] = json.dumps(list(rewrite.keys))
     return parameters
 

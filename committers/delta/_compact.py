@@ -48,7 +48,7 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -58,7 +58,7 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
-from committers.delta._arrow_rewrite import GroupToRewrite, rewrite_groups
+from committers.delta._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
 from committers.delta._committable import StagedFile, logged_records
 from committers.delta._committer import _remove_empty_staging_dirs
 from committers.delta._delta_schema import parse_arrow_schema, quote, spark_type, walk
@@ -85,13 +85,10 @@ from framework.errors import (
     ConfigurationError,
     RowCountMismatchError,
     SinkError,
-    StagingError,
 )
 from framework.sink import Epoch
-from framework.spark._errors import translate_task_error
 from framework.spark._files import parquet_files
 from framework.spark._native import is_connect_dataframe
-from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -653,26 +650,9 @@ def _rewrite_with_arrow(
     return staged
 
 
-@contextlib.contextmanager
-def _rewriting(spark: SparkSession, location: TableLocation, who: str) -> Iterator[None]:
-    """Run the body's Spark jobs in a job group; on failure, wait for its tasks to stop (no
-    late file may follow the clean-up) and raise the sink's error: a ``SinkError`` a task
-    raised, or a ``StagingError`` saying ``who`` failed."""
-    probe = spark.range(0)
-    group: str | None = None
-    try:
-        with staging_job_group(probe) as group:
-            yield
-    except BaseException as err:
-        wait_for_tasks_to_end(probe, group)
-        if isinstance(err, (SinkError, KeyboardInterrupt, SystemExit)):
-            raise
-        translated = translate_task_error(err)
-        if translated is not err:
-            raise translated from err
-        raise StagingError(
-            f"compaction of {location.uri} failed while {who} rewrote the files: {err}"
-        ) from err
+def _rewriting(spark: SparkSession, location: TableLocation, who: str) -> Any:
+    """:func:`rewriting`, failing with a ``StagingError`` that says ``who`` failed."""
+    return rewriting(spark, f"compaction of {location.uri} failed while {who} rewrote the files")
 
 
 def _group_rows(

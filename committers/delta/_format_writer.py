@@ -10,7 +10,7 @@ Options (names as delta-spark spells them, case-insensitive):
 ``mergeSchema``         ``true``: add the input's new columns to the table
 ``partitionBy``         partition columns of a table the write creates (comma-separated, or
                         Spark's JSON list)
-``replaceWhere``        with ``mode("overwrite")``: replace only the partitions it matches
+``replaceWhere``        with ``mode("overwrite")``: replace only the rows it matches
 ``userMetadata``        text recorded with the commit
 
 Every other option is a storage option of the table location (see ``_storage.py``).
@@ -250,19 +250,20 @@ class DeltaBatchCheck:
         return batch
 
     def _check_covered(self, batch: pa.RecordBatch) -> None:
-        assert self._replace_where is not None
-        columns = list(self._partitions)
-        given = [c for c in columns if c in batch.schema.names]  # a missing one is null
-        present = pa.Table.from_batches([batch]).select(given)
-        combinations = present.group_by(given).aggregate([]).to_pylist() if given else [{}]
-        for combination in combinations:
-            values = {c: combination.get(c) for c in columns}
-            if not self._replace_where.matches(values):
-                raise ConstraintViolationError(
-                    f"replaceWhere ({self._replace_where.text}) is violated by a row with "
-                    f"{values}. An overwrite may only write rows its replaceWhere covers: "
-                    "filter the DataFrame with the same predicate, or widen replaceWhere."
-                )
+        """Every row makes ``replaceWhere`` TRUE (a NULL refuses the row, as delta-spark's
+        constraint on the written rows does)."""
+        where = self._replace_where
+        assert where is not None
+        outside = pc.invert(where.mask(batch))
+        if not pc.any(outside).as_py():
+            return
+        row = batch.filter(outside).slice(0, 1).to_pylist()[0]
+        values = {c: row.get(c) for c in where.columns}  # a missing column is null
+        raise ConstraintViolationError(
+            f"replaceWhere ({where.text}) is violated by a row with {values}. An overwrite "
+            "may only write rows its replaceWhere covers: filter the DataFrame with the same "
+            "predicate, or widen replaceWhere."
+        )
 
 
 def _check_partition_values(name: str, delta_type: object, column: pa.Array) -> None:

@@ -31,6 +31,7 @@ from deltalake.exceptions import DeltaError
 
 from committers.delta._options import DEFAULT_TARGET_FILE_SIZE
 from committers.delta._protocol import ENFORCED_FEATURES, TableFeatures
+from committers.delta._snapshot import commit_times
 from committers.delta._staging import STAGING_DIR, read_manifest
 from committers.delta._storage import TableLocation
 from committers.delta._table import (
@@ -59,7 +60,9 @@ __all__ = [
 ]
 
 #: Bumped when a JSON key changes meaning or disappears (new keys may appear without a bump).
-REPORT_VERSION = 1
+#: 2: a commit's ``time`` is the time ``timestampAsOf`` resolves it by (its commit file's), the
+#: writer's commitInfo time is ``commit_info_time``.
+REPORT_VERSION = 2
 DEFAULT_RECENT_COMMITS = 10
 #: A file below a quarter of the sink's target file size (128 MiB) counts as small.
 DEFAULT_SMALL_FILE_BYTES = DEFAULT_TARGET_FILE_SIZE // 4
@@ -94,13 +97,15 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class AppCommit:
-    """The newest commit of one app id found in the history searched."""
+    """The newest commit of one app id found in the history searched; ``time`` and
+    ``commit_info_time`` as in :class:`CommitEntry`."""
 
     version: int
     batch: int | None
     writer_identity: str | None
     run_id: str | None
     time: str | None
+    commit_info_time: str | None
 
 
 @dataclass(frozen=True)
@@ -122,13 +127,18 @@ class AppsSection:
 
 @dataclass(frozen=True)
 class CommitEntry:
-    """One commit. ``metrics_source`` says where the counts come from: ``"operationMetrics"``
-    (delta-spark style metrics in commitInfo) or ``"log"`` (its add actions in the commit
-    file); ``rows_added`` is ``None`` when an added file has no ``numRecords``, every count is
-    ``None`` when the commit file is gone."""
+    """One commit. ``time`` is the time ``timestampAsOf`` resolves this version by (its commit
+    file's modification time, in whole milliseconds, made strictly increasing): reading the
+    table at that time reads this version; ``None`` when the commit file is gone.
+    ``commit_info_time`` is the time the writer put in its commitInfo (usually a little
+    earlier, when the commit was prepared). ``metrics_source`` says where the counts come
+    from: ``"operationMetrics"`` (delta-spark style metrics in commitInfo) or ``"log"`` (its
+    add actions in the commit file); ``rows_added`` is ``None`` when an added file has no
+    ``numRecords``, every count is ``None`` when the commit file is gone."""
 
     version: int
     time: str | None
+    commit_info_time: str | None
     operation: str | None
     app_id: str | None
     batch: int | None
@@ -298,6 +308,7 @@ def _gather(
     configuration = {str(k): str(v) for k, v in (metadata.configuration or {}).items()}
     transactions = _app_transactions(location, version)
     history = _history(table, recent_commits, app_history, set(transactions))
+    times = commit_times(location)
     return InspectReport(
         report_version=REPORT_VERSION,
         generated_at=_iso(now),
@@ -309,8 +320,8 @@ def _gather(
             partition_columns=list(metadata.partition_columns),
             created_time=_iso_ms(metadata.created_time),
         ),
-        apps=_apps(table, transactions, history, searched=len(history)),
-        commits=[_commit_entry(location, info) for info in history[:recent_commits]],
+        apps=_apps(table, transactions, history, times, searched=len(history)),
+        commits=[_commit_entry(location, info, times) for info in history[:recent_commits]],
         staged_leftovers=_staged_leftovers(location, table, now),
         files=_files(table, small_file_bytes),
         protocol=_protocol(table),
@@ -393,18 +404,21 @@ def _apps(
     table: DeltaTable,
     transactions: Mapping[str, _Txn],
     history: list[dict[str, Any]],
+    times: Mapping[int, float],
     searched: int,
 ) -> AppsSection:
     newest: dict[str, AppCommit] = {}
     for info in history:  # newest first
         app_id = info.get(COMMIT_APP_ID)
         if app_id is not None and str(app_id) not in newest:
+            version = int(info["version"])
             newest[str(app_id)] = AppCommit(
-                version=int(info["version"]),
+                version=version,
                 batch=_int_or_none(info.get(COMMIT_EPOCH_ID)),
                 writer_identity=info.get(COMMIT_WRITER),
                 run_id=info.get(COMMIT_RUN_ID),
-                time=_iso_ms(info.get("timestamp")),
+                time=_commit_time(times, version),
+                commit_info_time=_iso_ms(info.get("timestamp")),
             )
     entries = []
     for app_id in sorted(set(transactions) | set(newest)):
@@ -421,7 +435,14 @@ def _apps(
     return AppsSection(history_searched=searched, entries=entries)
 
 
-def _commit_entry(location: TableLocation, info: Mapping[str, Any]) -> CommitEntry:
+def _commit_time(times: Mapping[int, float], version: int) -> str | None:
+    stamp = times.get(version)
+    return None if stamp is None else _iso(stamp)
+
+
+def _commit_entry(
+    location: TableLocation, info: Mapping[str, Any], times: Mapping[int, float]
+) -> CommitEntry:
     version = int(info["version"])
     counts = _spark_metrics(info.get("operationMetrics") or {})
     source = "operationMetrics"
@@ -430,7 +451,8 @@ def _commit_entry(location: TableLocation, info: Mapping[str, Any]) -> CommitEnt
     files, rows, size = counts
     return CommitEntry(
         version=version,
-        time=_iso_ms(info.get("timestamp")),
+        time=_commit_time(times, version),
+        commit_info_time=_iso_ms(info.get("timestamp")),
         operation=info.get("operation"),
         app_id=info.get(COMMIT_APP_ID),
         batch=_int_or_none(info.get(COMMIT_EPOCH_ID)),

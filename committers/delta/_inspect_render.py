@@ -66,7 +66,7 @@ def _text_apps(apps: AppsSection) -> str:
                 app.app_id,
                 _or_dash(app.last_batch),
                 _or_dash(commit and commit.writer_identity),
-                _when(commit.time) if commit else "not in history searched",
+                _commit_time(commit.time) if commit else "not in history searched",
                 _or_dash(commit and commit.version),
             ]
         )
@@ -80,7 +80,7 @@ def _text_commits(commits: list[CommitEntry], version: int) -> str:
     rows = [
         [
             str(c.version),
-            _when(c.time),
+            _commit_time(c.time),
             c.operation or "-",
             f"{c.app_id}/{_or_dash(c.batch)}" if c.app_id else "-",
             _count(c.rows_added),
@@ -214,6 +214,12 @@ def _columns(headers: list[str], rows: list[list[str]], right: Collection[int] =
 def _when(iso: str | None) -> str:
     """An ISO time for people: to the second, UTC."""
     return "-" if iso is None else iso[:19].replace("T", " ") + " UTC"
+
+
+def _commit_time(iso: str | None) -> str:
+    """A commit's time to the millisecond, as ``timestampAsOf`` / ``read_table(timestamp=)``
+    take it: pasted there, it reads that commit's version."""
+    return "-" if iso is None else iso.replace("T", " ")
 
 
 def _or_dash(value: Any) -> str:

@@ -63,6 +63,12 @@ WriteMode = Literal["append", "overwrite", "upsert"]
 __all__ = ["DeltaSink"]
 
 DEFAULT_ORPHAN_RETENTION = datetime.timedelta(days=7)
+_UPSERT_UNDER_CONNECT = (
+    "mode='upsert' cannot run under Spark Connect: it rewrites files with Spark's own Parquet "
+    "reader and writer, which need classic Spark in this process, and this is a Spark Connect "
+    "session (or DataFrame). Run the upsert with a classic SparkSession (e.g. in a job "
+    "submitted with spark-submit), or use delta-rs's DeltaTable.merge()."
+)
 DEFAULT_TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
 
 
@@ -140,20 +146,27 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             ``write_stream(..., user_metadata=...)`` override it.
         mode: ``"append"`` (default) adds the rows; ``"overwrite"`` (bounded ``write(df)``
             only) replaces, in the same single transaction, every row the table holds, or
-            with ``replace_where`` only its matching partitions; ``"upsert"`` applies each
+            with ``replace_where`` only the rows it matches; ``"upsert"`` applies each
             batch as changes by ``keys`` (insert, update, or delete with ``delete_when``),
             rewriting the files that hold the keys in Spark tasks, one transaction per batch (see
             ``_upsert.py`` and docs/delta.md#upserts).
-        replace_where: with ``mode="overwrite"``, a Spark SQL predicate on partition columns
-            (e.g. ``"day = '2026-11-21'"``; see ``_replace_where.py`` for what it accepts).
-            Every written row must satisfy it, else the write fails with nothing committed.
+        replace_where: with ``mode="overwrite"``, a predicate on the table's columns (e.g.
+            ``"day = '2026-11-21'"``, ``"is_even = true"``; see ``_replace_where.py`` for what
+            it accepts): the rows it holds TRUE for are replaced by the written rows, which
+            must all satisfy it, else the write fails with nothing committed. On data columns
+            the files holding matching rows are rewritten without them, before the commit
+            (Python tasks with pyarrow; Spark's reader and writer with ``staging="spark"``).
         keys: with ``mode="upsert"`` (required there): the columns that identify a row.
         sequence_by: with ``mode="upsert"``: the column (or columns, compared left to right)
-            ordering the changes of one key in a batch; the highest wins. Without it, a key
-            may appear once per batch.
+            ordering the changes of one key: the highest of a batch wins, and it applies only
+            if it is not older than the row the table holds (a column the table must store).
+            Without it, a key may appear once per batch.
         delete_when: with ``mode="upsert"``: a Spark SQL predicate over the batch's columns
             marking a change as a delete (e.g. ``"op = 'D'"``); columns it reads that the
             table lacks are not written.
+        partial_updates: with ``mode="upsert"``: the input may lack table columns; an updated
+            row keeps its stored values of them (an inserted row gets NULL). Off by default:
+            an input lacking a table column is refused.
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -185,6 +198,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         keys: Sequence[str] | None = None,
         sequence_by: str | Sequence[str] | None = None,
         delete_when: str | None = None,
+        partial_updates: bool = False,
         unsafe_skip_conditional_put_check: bool = False,
         **unknown: object,
     ) -> None:
@@ -238,7 +252,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             )
         if replace_where is not None and mode != "overwrite":
             raise ConfigurationError("replace_where needs mode='overwrite'")
-        self._upsert_spec = UpsertSpec.of(mode, keys, sequence_by, delete_when)
+        self._upsert_spec = UpsertSpec.of(mode, keys, sequence_by, delete_when, partial_updates)
         if self._upsert_spec is not None and staging == "arrow":
             raise ConfigurationError(
                 "mode='upsert' computes each batch's changes and writes its new rows with "
@@ -342,11 +356,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         """
         session = classic_session()
         if session is None:
-            raise ConfigurationError(
-                "mode='upsert' rewrites files with Spark's own Parquet reader and writer, so "
-                "it needs classic Spark in this process (a Spark Connect client cannot run "
-                "it). Use a classic SparkSession, or delta-rs's DeltaTable.merge()."
-            )
+            raise ConfigurationError(_UPSERT_UNDER_CONNECT)
         if not hadoop_can_write(session.range(0), self.location.uri):
             raise ConfigurationError(
                 f"mode='upsert' rewrites files with Spark's own Parquet reader and writer, "
@@ -361,8 +371,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
     ) -> tuple[UpsertPlan, pa.Schema]:
         """The upsert's plan and the schema of the columns it writes (see ``plan_upsert``)."""
         assert self._upsert_spec is not None
-        table_schema = None if table is None else TableShape.of_table(table).arrow_schema()
-        return plan_upsert(session, self._upsert_spec, schema, table_schema, self.location.uri)
+        shape = None if table is None else TableShape.of_table(table)
+        return plan_upsert(
+            session, self._upsert_spec, schema, shape, self.location.uri, self.schema_mode
+        )
 
     def _prepared(self) -> tuple[pa.Schema, WritePlan]:
         if self._input_schema is None or self._plan is None:
@@ -400,12 +412,14 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         """
         _, plan = self._prepared()
         if self._upsert is not None:
-            if is_connect_dataframe(df) or not hadoop_can_write(df, self.location.uri):
+            if is_connect_dataframe(df):
+                raise ConfigurationError(_UPSERT_UNDER_CONNECT)
+            if not hadoop_can_write(df, self.location.uri):
                 raise ConfigurationError(
                     f"mode='upsert' cannot write {self.location.uri} from this DataFrame: the "
-                    "upsert rewrites files with Spark's own Parquet reader and writer, which a "
-                    "Spark Connect session (or a storage scheme without a Hadoop file system) "
-                    "cannot run. Use a classic SparkSession, or delta-rs's DeltaTable.merge()."
+                    "upsert rewrites files with Spark's own Parquet reader and writer, and "
+                    "Spark has no Hadoop file system for this URI here. Use a URI Spark can "
+                    "write, or delta-rs's DeltaTable.merge()."
                 )
             return UpsertStager(
                 self.location, plan, self._upsert, self.options, self._bytes_per_row, self.staging
@@ -451,6 +465,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             user_metadata=self.user_metadata,
             replace_where=self.replace_where if self.mode == "overwrite" else None,
             overwrite=self.mode == "overwrite",
+            rewrite_options=self.options,
+            staging=self.staging,
         )
 
     def committable_serializer(self) -> StagedFileSerializer:

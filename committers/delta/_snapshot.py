@@ -34,6 +34,7 @@ __all__ = [
     "Snapshot",
     "SnapshotSpec",
     "check_readable",
+    "commit_times",
     "open_snapshot",
     "parse_timestamp",
 ]
@@ -246,7 +247,7 @@ def _list_log(location: TableLocation) -> _LogListing:
         name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
         commit = _COMMIT_FILE.match(name)
         if commit:
-            raw[int(commit.group(1))] = file_mtime(info)
+            raw[int(commit.group(1))] = _whole_milliseconds(file_mtime(info))
             continue
         checkpoint = _CHECKPOINT_FILE.match(name)
         if checkpoint:
@@ -258,6 +259,19 @@ def _list_log(location: TableLocation) -> _LogListing:
         stamp = raw[version] if previous is None else max(raw[version], previous + 0.001)
         commits[version] = previous = stamp
     return _LogListing(commits, frozenset(checkpoints))
+
+
+def _whole_milliseconds(seconds: float) -> float:
+    """``seconds`` cut to whole milliseconds, as Hadoop (and so delta-spark) reports a file's
+    modification time: a commit time printed to the millisecond names that commit exactly."""
+    return (round(seconds * 1_000_000) // 1000) / 1000
+
+
+def commit_times(location: TableLocation) -> dict[int, float]:
+    """The time ``timestampAsOf`` resolves each version by (seconds since the epoch, whole
+    milliseconds): its commit file's modification time, made strictly increasing. Versions
+    whose commit file log cleanup removed are absent. Raises what the listing raises."""
+    return dict(_list_log(location).commits)
 
 
 def _not_a_table(location: TableLocation, err: BaseException | None = None) -> NotATableError:

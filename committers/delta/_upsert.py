@@ -19,22 +19,28 @@ of removes, adds and the batch's ``txn``, computed in Spark:
    a partition column, its min/max stats otherwise. Missing stats make a file a candidate;
    bounds other writers may have truncated are widened (timestamps by a millisecond, long
    strings lose their upper bound).
-3. **Touched files**. The candidates' key columns are joined with the batch's keys, counting
-   the rows of each file that match. A few small candidates (with the keys collected) are
-   read on the driver with pyarrow (:mod:`committers.delta._upsert_touched`: no Spark job);
-   otherwise Spark scans them and ``_metadata.file_path`` names the files.
-4. **Rewrite**. The latest changes that are not deletes go through the table's rules, as any
-   appended row, and Spark's Parquet writer writes them into the batch's run directory
+3. **Touched files**. The candidates' key columns (and ``sequence_by`` columns) are joined
+   with the batch's changes, counting the rows of each file that a change replaces; with
+   ``sequence_by``, a change older than a row it matches is *stale*
+   (:func:`~committers.delta._upsert_touched.change_applies`): that row is kept, the change
+   is not written, and a file holding only such rows is not touched. A few small candidates
+   (with the keys collected) are read on the driver with pyarrow
+   (:mod:`committers.delta._upsert_touched`: no Spark job); otherwise Spark scans them and
+   ``_metadata.file_path`` names the files.
+4. **Rewrite**. The latest changes that are neither deletes nor stale (with
+   ``partial_updates``, given the stored values of the columns the input lacks, read from the
+   touched files by Spark) go through the table's rules, as any appended row, and Spark's
+   Parquet writer writes them into the batch's run directory
    (:class:`~committers.delta._spark_staging.SparkParquetStager`). The touched files' rows
-   whose key the batch does not name are kept: by default Python tasks rewrite each touched
-   file with pyarrow, without those rows, into ``<run directory>-kept``
+   that the batch does not replace are kept: by default Python tasks rewrite each touched
+   file with pyarrow, without the replaced rows, into ``<run directory>-kept``
    (:mod:`committers.delta._arrow_rewrite`, :class:`~committers.delta._upsert_touched.KeysToDrop`);
    the rows never enter the JVM. With ``staging="spark"``, or when the keys were not collected
-   or do not cast exactly to the table's types, Spark scans them, anti-joins them with the
-   batch's keys and writes them with the new rows, in one job. The manifest names both
-   directories before anything is written, and the two jobs run side by side (the Python
-   tasks from another driver thread, in the batch's job group). The rows written are counted
-   against the stats of the files they replace.
+   or do not cast exactly to the table's types, Spark scans them, joins them with the batch's
+   changes, keeps those not replaced and writes them with the new rows, in one job. The
+   manifest names both directories before anything is written, and the two jobs run side by
+   side (the Python tasks from another driver thread, in the batch's job group). The rows
+   written are counted against the stats of the files they replace.
 5. **Commit** (:class:`~committers.delta._committer.DeltaGlobalCommitter`): removes of the
    touched files, adds of the new ones and the txn, on the newest snapshot, only if every
    touched file is still live there, with ``max_commit_retries=0`` (the commit lands right on
@@ -69,8 +75,8 @@ from committers.delta._committable import ReplacedFile, Rewrite, StagedRewrite
 from committers.delta._delta_schema import DeltaField, arrow_type, quote, spark_type, walk
 from committers.delta._options import Staging, WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
-from committers.delta._rules import WritePlan
-from committers.delta._schema import HIVE_NULL, serialize_partition_value
+from committers.delta._rules import TableShape, WritePlan
+from committers.delta._schema import HIVE_NULL, SchemaMode, serialize_partition_value
 from committers.delta._snapshot import Snapshot, reader_features
 from committers.delta._source import spell_partition_value
 from committers.delta._spark_staging import (
@@ -84,6 +90,8 @@ from committers.delta._upsert_touched import (
     Candidate,
     KeyColumn,
     KeysToDrop,
+    Matches,
+    SequenceColumn,
     driver_matches,
     keys_to_drop,
 )
@@ -123,6 +131,8 @@ NEW_TABLE_ROWS_PER_FILE = 1_000_000
 _DELETE = "__sparksink_delete__"
 _RANK = "__sparksink_rank__"
 _FILE = "__sparksink_file__"
+_APPLIES = "__sparksink_applies__"
+_FILLED = "__sparksink_filled__"
 _GLOB_CHARACTERS = frozenset("{}[]*?\\")
 _KEY_TYPES = frozenset(
     {"byte", "short", "integer", "long", "string", "binary", "boolean", "date", "timestamp"}
@@ -146,6 +156,16 @@ def _key(index: int) -> str:
     return f"__sparksink_key_{index}__"
 
 
+def _sequence(index: int) -> str:
+    """A change's ``sequence_by`` value, by position (as :mod:`._upsert_touched` names it)."""
+    return f"__sparksink_sequence_{index}__"
+
+
+def _stored(index: int) -> str:
+    """A stored row's ``sequence_by`` value, by position."""
+    return f"__sparksink_stored_{index}__"
+
+
 # -- options --------------------------------------------------------------------------------
 
 
@@ -156,6 +176,7 @@ class UpsertSpec:
     keys: tuple[str, ...]
     sequence_by: tuple[str, ...] = ()
     delete_when: str | None = None
+    partial_updates: bool = False
 
     @classmethod
     def of(
@@ -164,6 +185,7 @@ class UpsertSpec:
         keys: Sequence[str] | None,
         sequence_by: str | Sequence[str] | None,
         delete_when: str | None,
+        partial_updates: bool = False,
     ) -> UpsertSpec | None:
         """The spec for ``mode`` (``None`` unless ``mode="upsert"``).
 
@@ -177,6 +199,7 @@ class UpsertSpec:
                 ("keys", keys),
                 ("sequence_by", sequence_by),
                 ("delete_when", delete_when),
+                ("partial_updates", partial_updates or None),
             )
             if value is not None
         ]
@@ -205,7 +228,11 @@ class UpsertSpec:
                 f"delete_when must be a Spark SQL predicate (a non-empty string), e.g. "
                 f"\"op = 'D'\", got {delete_when!r}"
             )
-        return cls(key_names, sequence, delete_when)
+        if not isinstance(partial_updates, bool):
+            raise ConfigurationError(
+                f"partial_updates must be True or False, got {partial_updates!r}"
+            )
+        return cls(key_names, sequence, delete_when, partial_updates)
 
 
 def _names(option: str, value: str | Sequence[str]) -> tuple[str, ...]:
@@ -233,9 +260,13 @@ class UpsertPlan:
         tie_break: the input's other columns compared on a tie, each with whether it is
             compared by its JSON text (it holds maps, which Spark cannot order).
         written: the input columns the table gets (all but the change-only ones).
-        dropped: the change-only columns (read by ``delete_when`` or named by
-            ``sequence_by``, not table columns): used, never written.
+        dropped: the change-only columns (read by ``delete_when``, not table columns): used,
+            never written.
         delete_when: the delete predicate, or ``None``.
+        table_sequence: the ``sequence_by`` columns as the table spells them (each change is
+            compared with the stored row's values of them).
+        filled: with ``partial_updates``, the table columns the input lacks (generated ones
+            aside): an updated row keeps its stored values, an inserted row gets NULL.
     """
 
     keys: tuple[str, ...]
@@ -245,31 +276,36 @@ class UpsertPlan:
     written: tuple[str, ...]
     dropped: tuple[str, ...]
     delete_when: str | None
+    table_sequence: tuple[str, ...] = ()
+    filled: tuple[str, ...] = ()
 
 
 def plan_upsert(
     session: SparkSession,
     spec: UpsertSpec,
     input_schema: pa.Schema,
-    table_schema: pa.Schema | None,
+    table: TableShape | None,
     table_uri: str,
+    schema_mode: SchemaMode = "strict",
 ) -> tuple[UpsertPlan, pa.Schema]:
-    """The upsert plan for input of ``input_schema`` into a table of ``table_schema`` (``None``:
-    the first commit creates it), and the schema of what is written to the table.
+    """The upsert plan for input of ``input_schema`` into ``table`` (``None``: the first commit
+    creates it), and the schema of what is written to the table.
 
-    Which input columns are written: every one, except the columns ``delete_when`` reads and
-    those ``sequence_by`` names that are not columns of an existing table. A table the upsert
-    creates gets every input column but those ``delete_when`` reads (unless they are keys or
-    ``sequence_by`` columns): ``op`` of ``delete_when="op = 'D'"`` is not written, ``ts`` of
-    ``sequence_by="ts"`` is.
+    Which input columns are written: every one, except the columns ``delete_when`` reads that
+    are not columns of the table (nor keys or ``sequence_by`` columns): ``op`` of
+    ``delete_when="op = 'D'"`` is not written, ``ts`` of ``sequence_by="ts"`` always is (each
+    change is compared with the stored row's). With ``partial_updates``, the table's columns
+    the input lacks follow, typed as the table (the stager fills them in).
 
     Raises:
-        SchemaMismatchError: a key or ``sequence_by`` column is missing from the input, or a
-            key from the table.
+        SchemaMismatchError: a key or ``sequence_by`` column is missing from the input, or from
+            the table (a ``sequence_by`` column may be added by ``schema_mode="merge"``); the
+            input lacks table columns and ``partial_updates`` is off.
         UnsupportedTypeError: a key or ``sequence_by`` column of a type that cannot be
             compared as the upsert must.
         ConfigurationError: ``delete_when`` does not parse, names columns the input lacks, or
-            is not a deterministic boolean predicate (analyzed by ``session``, no job runs).
+            is not a deterministic boolean predicate (analyzed by ``session``, no job runs); a
+            ``sequence_by`` column partitions the table.
     """
     fields = {f.name.lower(): f for f in input_schema}
 
@@ -289,37 +325,96 @@ def plan_upsert(
     read_by_delete = _delete_when_columns(session, spec.delete_when, input_schema)
     lower_keys = {k.lower() for k in keys}
     lower_sequence = {s.lower() for s in sequence}
-    if table_schema is None:
-        dropped = {c.lower() for c in read_by_delete} - lower_keys - lower_sequence
-        table_keys = keys
-    else:
-        table_names = {n.lower(): n for n in table_schema.names}
-        change_only = {c.lower() for c in read_by_delete} | lower_sequence
-        dropped = {c for c in change_only if c not in table_names}
-        missing = [k for k in keys if k.lower() not in table_names]
-        if missing:
-            raise SchemaMismatchError(
-                f"keys {missing} are not columns of {table_uri} (its columns: "
-                f"{table_schema.names}): an upsert finds the rows to change by their keys, "
-                "so the table must have them."
-            )
-        table_keys = tuple(table_names[k.lower()] for k in keys)
+    table_names = {} if table is None else {f.name.lower(): f.name for f in table.schema.fields}
+    dropped = {c.lower() for c in read_by_delete} - lower_keys - lower_sequence - set(table_names)
     written = pa.schema([f for f in input_schema if f.name.lower() not in dropped])
-    tie_break = tuple(
-        (f.name, _holds_maps(f.type))
-        for f in input_schema
-        if f.name.lower() not in lower_keys and f.name.lower() not in lower_sequence
-    )
+    filled: list[pa.Field] = []
+    if table is not None:
+        _check_table_columns(keys, sequence, table, table_uri, schema_mode)
+        filled = _filled_columns(spec, written, table, table_uri)
     plan = UpsertPlan(
         keys=keys,
-        table_keys=table_keys,
+        table_keys=tuple(table_names.get(k.lower(), k) for k in keys),
         sequence=sequence,
-        tie_break=tie_break,
+        tie_break=tuple(
+            (f.name, _holds_maps(f.type))
+            for f in input_schema
+            if f.name.lower() not in lower_keys and f.name.lower() not in lower_sequence
+        ),
         written=tuple(written.names),
         dropped=tuple(f.name for f in input_schema if f.name.lower() in dropped),
         delete_when=spec.delete_when,
+        table_sequence=tuple(table_names.get(s.lower(), s) for s in sequence),
+        filled=tuple(f.name for f in filled),
     )
-    return plan, written
+    return plan, pa.schema([*written, *filled])
+
+
+def _check_table_columns(
+    keys: Sequence[str],
+    sequence: Sequence[str],
+    table: TableShape,
+    table_uri: str,
+    schema_mode: SchemaMode,
+) -> None:
+    """Keys must be columns of the table, ``sequence_by`` columns data columns of it (or
+    columns ``schema_mode="merge"`` adds).
+
+    Raises:
+        SchemaMismatchError: a key or ``sequence_by`` column the table lacks.
+        ConfigurationError: a ``sequence_by`` column that partitions the table.
+    """
+    names = {f.name.lower() for f in table.schema.fields}
+    columns = [f.name for f in table.schema.fields]
+    missing = [k for k in keys if k.lower() not in names]
+    if missing:
+        raise SchemaMismatchError(
+            f"keys {missing} are not columns of {table_uri} (its columns: {columns}): an "
+            "upsert finds the rows to change by their keys, so the table must have them."
+        )
+    unstored = [s for s in sequence if s.lower() not in names]
+    if unstored and schema_mode != "merge":
+        raise SchemaMismatchError(
+            f"sequence_by names {unstored}, not {'a column' if len(unstored) == 1 else 'columns'} "
+            f"of {table_uri} (its columns: {columns}): an upsert compares each change's "
+            "sequence with the row the table holds for its key, so the table must store it. "
+            "Add the column to the table (schema_mode='merge' adds it with this write; the "
+            "rows already there then have no sequence value and count as older than any "
+            "change), or leave sequence_by out."
+        )
+    partitioned = [s for s in sequence if s.lower() in {p.lower() for p in table.partition_by}]
+    if partitioned:
+        raise ConfigurationError(
+            f"sequence_by names {partitioned}, partition column(s) of {table_uri}: the upsert "
+            "compares each change's sequence with the stored row's, read from the data "
+            "files. Sequence by a data column (a change timestamp, a log position)."
+        )
+
+
+def _filled_columns(
+    spec: UpsertSpec, written: pa.Schema, table: TableShape, table_uri: str
+) -> list[pa.Field]:
+    """The table's columns the input lacks (generated ones aside: the table's rules compute
+    them), typed as the table and nullable; ``[]`` unless ``partial_updates``.
+
+    Raises:
+        SchemaMismatchError: the input lacks such columns and ``partial_updates`` is off.
+    """
+    given = {n.lower() for n in written.names}
+    lacking = [
+        f
+        for f in table.arrow_schema()
+        if f.name.lower() not in given and f.name not in table.generated_columns
+    ]
+    if lacking and not spec.partial_updates:
+        raise SchemaMismatchError(
+            f"the input lacks column(s) {[f.name for f in lacking]} of {table_uri}: an upsert "
+            "replaces the whole row of each key it updates, so these columns would become "
+            "NULL in every updated row. Add them to the DataFrame, or pass "
+            "partial_updates=True to keep the stored values of the columns the input lacks "
+            "(a row it inserts gets NULL in them)."
+        )
+    return [f.with_nullable(True) for f in lacking] if spec.partial_updates else []
 
 
 def check_upsert_table(
@@ -410,13 +505,16 @@ def _check_key_type(name: str, f: DeltaField) -> None:
 
 def classic_session() -> SparkSession | None:
     """The classic SparkSession of this process (``None`` without a SparkContext here, as in a
-    Spark Connect client)."""
+    Spark Connect client, or when the active session is a Spark Connect one)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     if SparkContext._active_spark_context is None:
         return None
-    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    session = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    # A Spark Connect session, even with a JVM here (a local Connect server in this process):
+    # its DataFrames cannot reach Spark's writer.
+    return None if type(session).__module__.startswith("pyspark.sql.connect") else session
 
 
 def _delete_when_columns(
@@ -480,7 +578,7 @@ class _LiveFile:
 
 class _BatchKeys:
     """The batch's keys per key column: sorted distinct values, or only (min, max); and, when
-    they were collected, the keys with their delete flags as Arrow."""
+    they were collected, the changes' keys, delete flags and sequence values as Arrow."""
 
     def __init__(self, columns: list[list[Any]], collected: pa.Table | None) -> None:
         self._columns = columns
@@ -506,6 +604,33 @@ class _BatchKeys:
             except TypeError:  # values Python cannot compare with the bounds: it may
                 continue
         return True
+
+
+@dataclass(frozen=True)
+class _Stale:
+    """The batch's stale changes (older than a row they match: not applied): how many, how
+    many are not deletes, and their keys (positional names) to leave out of the new rows."""
+
+    changes: int = 0
+    upserts: int = 0
+    keys: DataFrame | None = None
+
+
+def _applies(sequence: Sequence[str]) -> Any:
+    """Spark's :func:`~committers.delta._upsert_touched.change_applies` on a join of stored
+    rows (``_stored(i)`` for the table's ``sequence`` columns) with changes (``_sequence(i)``,
+    ``_DELETE``): Spark orders NULL and NaN as that function does. Every change applies
+    without ``sequence``."""
+    from pyspark.sql import functions as F
+
+    if not sequence:
+        return F.lit(True)
+    applies = ~F.col(_DELETE)
+    for i in reversed(range(len(sequence))):
+        new, old = F.col(_sequence(i)), F.col(_stored(i))
+        greater = F.coalesce(new > old, F.lit(True))  # (a NULL stored value: True)
+        applies = greater | (F.coalesce(new == old, F.lit(False)) & applies)
+    return applies
 
 
 class UpsertStager:
@@ -588,7 +713,8 @@ class UpsertStager:
 
     def _checked(self, df: DataFrame) -> DataFrame:
         """The batch with its keys and sequence values checked (a NULL fails the task), its
-        keys copied into positional names and the delete flag, before the input's columns."""
+        keys and sequence values copied into positional names and the delete flag, before the
+        input's columns."""
         from framework.spark._plan import apply_input_plan
 
         upsert = self._upsert
@@ -614,13 +740,24 @@ class UpsertStager:
         keyed = tuple(
             PlannedColumn(name=_key(i), expression=quote(k)) for i, k in enumerate(upsert.keys)
         )
+        sequenced = tuple(
+            PlannedColumn(name=_sequence(i), expression=quote(s))
+            for i, s in enumerate(upsert.sequence)
+        )
         delete = f"coalesce(({upsert.delete_when}), false)" if upsert.delete_when else "false"
         columns = tuple(PlannedColumn(name=c, expression=quote(c)) for c in df.columns)
-        kept = tuple(PlannedColumn(name=c.name, expression=quote(c.name)) for c in keyed)
+        kept = tuple(
+            PlannedColumn(name=c.name, expression=quote(c.name)) for c in (*keyed, *sequenced)
+        )
         return apply_input_plan(
             df,
             InputPlan(
-                columns=(*keyed, PlannedColumn(name=_DELETE, expression=delete), *columns),
+                columns=(
+                    *keyed,
+                    *sequenced,
+                    PlannedColumn(name=_DELETE, expression=delete),
+                    *columns,
+                ),
                 checks=checks,  # on the first output column, a key: never pruned
                 output=(
                     *kept,
@@ -644,7 +781,7 @@ class UpsertStager:
             ConstraintViolationError: a key repeats without ``sequence_by``.
         """
         names = [_key(i) for i in range(len(self._upsert.keys))]
-        collected = checked.select(*names, _DELETE).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
+        collected = checked.select(*self._change_columns()).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
         if collected.num_rows <= PRUNE_KEYS_LIMIT:
             repeated = _repeated_key(collected, names)
             if repeated is None:
@@ -693,6 +830,12 @@ class UpsertStager:
             )
         return ranked.where(F.col(_RANK) == 1).drop(_RANK)
 
+    def _change_columns(self) -> list[str]:
+        """What identifies and orders each change, by position: its keys, its delete flag,
+        its sequence values (as :func:`~._upsert_touched.driver_matches` takes them)."""
+        keys = [_key(i) for i in range(len(self._upsert.keys))]
+        return [*keys, _DELETE, *(_sequence(i) for i in range(len(self._upsert.sequence)))]
+
     def _collected_keys(self, collected: pa.Table) -> tuple[_BatchKeys, int, int]:
         names = [_key(i) for i in range(len(self._upsert.keys))]
         columns = [sorted(set(collected.column(n).to_pylist())) for n in names]
@@ -706,7 +849,7 @@ class UpsertStager:
         from pyspark.sql import functions as F
 
         names = [_key(i) for i in range(len(self._upsert.keys))]
-        collected = latest.select(*names, _DELETE).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
+        collected = latest.select(*self._change_columns()).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
         if collected.num_rows <= PRUNE_KEYS_LIMIT:
             return self._collected_keys(collected)
         row = latest.agg(
@@ -830,15 +973,13 @@ class UpsertStager:
         live, actions = self._live_files(table)
         candidates = [f for f in live if keys.may_hold(f)] if changes else []
         self._check_readable(candidates)
-        key_names = [_key(i) for i in range(len(self._upsert.keys))]
 
-        def batch_keys(*columns: str) -> DataFrame:  # broadcast to the scans when collected
-            selected = latest.select(*columns)
+        def batch_changes() -> DataFrame:  # broadcast to the scans when collected
+            selected = latest.select(*self._change_columns())
             return F.broadcast(selected) if changes <= PRUNE_KEYS_LIMIT else selected
 
-        touched, matched = self._touched(
-            session, candidates, actions, keys, lambda: batch_keys(*key_names, _DELETE)
-        )
+        touched, matched, stale = self._touched(session, candidates, actions, keys, batch_changes)
+        upserts -= stale.upserts  # (a stale change is not written)
         metrics = {
             "numTargetFilesBeforeSkipping": len(live),
             "numTargetFilesAfterSkipping": len(candidates),
@@ -847,6 +988,8 @@ class UpsertStager:
             "numTargetRowsDeleted": sum(n for (_, delete), n in matched.items() if delete),
             "numChanges": changes,
         }
+        if self._upsert.table_sequence:
+            metrics["numStaleChanges"] = stale.changes
         replaced = tuple(
             ReplacedFile(
                 logged_path=f.logged_path,
@@ -863,14 +1006,18 @@ class UpsertStager:
         stager = SparkParquetStager(
             self._location, self._plan.layout, self._options, self._bytes_per_row
         )
+
+        def new_rows() -> DataFrame:
+            return self._new_rows(session, latest, upserts, stale, touched, actions)
+
         drop = self._keys_to_drop(keys) if touched else None
         if touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
             self._check_spark_keeps_values(touched, actions)
-            kept = self._kept_rows(session, touched, actions, batch_keys(*key_names))
-            staged, rows = stager.stage(self._new_rows(latest, upserts).union(kept), epoch)
+            kept = self._kept_rows(session, touched, actions, batch_changes())
+            staged, rows = stager.stage(new_rows().union(kept), epoch)
         elif drop is None:  # no file touched: the new rows only
-            staged, rows = stager.stage(self._new_rows(latest, upserts), epoch)
+            staged, rows = stager.stage(new_rows(), epoch)
         else:  # the touched files' kept rows by Python tasks, alongside the new rows by Spark
             assert table is not None and actions is not None
             kept_directory = f"{run_directory(epoch)}-kept"
@@ -880,7 +1027,7 @@ class UpsertStager:
             ) as kept_rewrite:  # (the new rows are planned while the tasks run)
                 staged, rows = ([], 0)
                 if upserts:
-                    staged, rows = stager.write(self._new_rows(latest, upserts), epoch)
+                    staged, rows = stager.write(new_rows(), epoch)
             rewritten = kept_rewrite()
             staged += rewritten.files
             rows += rewritten.rows_written
@@ -900,9 +1047,19 @@ class UpsertStager:
         staging = StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
         return staging, rows
 
-    def _new_rows(self, latest: DataFrame, upserts: int) -> DataFrame:
-        """The latest changes that are not deletes, through the table's rules, in partitions
-        of about ``target_file_size`` (judged by the table's bytes per row)."""
+    def _new_rows(
+        self,
+        session: SparkSession,
+        latest: DataFrame,
+        upserts: int,
+        stale: _Stale,
+        touched: list[_LiveFile],
+        actions: pa.Table | None,
+    ) -> DataFrame:
+        """The latest changes that are neither deletes nor stale (``upserts`` of them), with
+        the stored values of the columns the input lacks (``partial_updates``), through the
+        table's rules, in partitions of about ``target_file_size`` (judged by the table's
+        bytes per row)."""
         from pyspark.sql import functions as F
 
         from framework.spark._plan import apply_input_plan
@@ -912,12 +1069,65 @@ class UpsertStager:
             if self._bytes_per_row
             else NEW_TABLE_ROWS_PER_FILE
         )
+        rows = latest.where(~F.col(_DELETE))
+        if stale.keys is not None:
+            names = [_key(i) for i in range(len(self._upsert.keys))]
+            rows = rows.join(stale.keys, on=names, how="left_anti")
+        if self._upsert.filled:
+            rows = self._with_stored_values(session, rows, touched, actions)
+        columns = (*self._upsert.written, *self._upsert.filled)
         return apply_input_plan(
-            latest.where(~F.col(_DELETE))
-            .select(*[F.col(quote(c)) for c in self._upsert.written])
-            .coalesce(max(1, math.ceil(upserts / rows_per_file))),
+            rows.select(*[F.col(quote(c)) for c in columns]).coalesce(
+                max(1, math.ceil(upserts / rows_per_file))
+            ),
             self._plan.input_plan,
         )
+
+    def _with_stored_values(
+        self,
+        session: SparkSession,
+        rows: DataFrame,
+        touched: list[_LiveFile],
+        actions: pa.Table | None,
+    ) -> DataFrame:
+        """``rows`` (changes) with the ``filled`` columns of the stored row of their key, read
+        from the touched files; NULL for a key the table does not hold. A key the table holds
+        twice (a blind append racing an upsert) takes them from its row of the highest
+        sequence (without ``sequence_by``, from one of them)."""
+        from pyspark.sql import functions as F
+
+        upsert = self._upsert
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        if not touched:
+            return rows.select(
+                "*",
+                *[
+                    F.lit(None).cast(spark_type(fields[c].type, physical=False)).alias(c)
+                    for c in upsert.filled
+                ],
+            )
+        assert actions is not None
+        partition_by = set(self._plan.shape.partition_by)
+        needed = list(dict.fromkeys([*upsert.table_keys, *upsert.filled, *upsert.table_sequence]))
+        data = [c for c in needed if c not in partition_by]
+        scan, by_key = self._scan(session, touched, data or self._plan.layout.file_schema.names[:1])
+        if len(data) < len(needed):
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        value = F.struct(*[F.col(quote(c)) for c in upsert.filled])
+        one = (
+            F.max_by(value, F.struct(*[F.col(quote(c)) for c in upsert.table_sequence]))
+            if upsert.table_sequence
+            else F.any_value(value)
+        )
+        names = [_key(i) for i in range(len(upsert.keys))]
+        stored = (
+            scan.groupBy(
+                *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(upsert.table_keys)]
+            )
+            .agg(one.alias(_FILLED))
+            .select(*names, *[F.col(_FILLED).getField(c).alias(c) for c in upsert.filled])
+        )
+        return rows.join(stored, on=names, how="left")
 
     def _file_column(self, session: SparkSession, scan: DataFrame) -> Any:
         """The decoded path of each scanned row's file (as compaction spells it: a URI's path,
@@ -975,37 +1185,42 @@ class UpsertStager:
         candidates: list[_LiveFile],
         actions: pa.Table | None,
         keys: _BatchKeys,
-        batch_keys: Callable[[], DataFrame],
-    ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int]]:
-        """The candidates that hold a batch key, and their matching rows per (file, delete):
-        counted on the driver when it can (:mod:`committers.delta._upsert_touched`), else by
-        a Spark join of the candidates' keys with the batch's (``batch_keys()``, planned
-        only then)."""
+        batch_changes: Callable[[], DataFrame],
+    ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int], _Stale]:
+        """The candidates holding a row the batch replaces, those rows per (file, delete), and
+        the stale changes: counted on the driver when it can
+        (:mod:`committers.delta._upsert_touched`), else by a Spark join of the candidates'
+        keys with the batch's changes (``batch_changes()``, planned only then)."""
         from pyspark.sql import functions as F
 
         if not candidates:
-            return [], {}
+            return [], {}, _Stale()
         assert actions is not None
         on_driver = self._driver_matches(candidates, keys)
         if on_driver is not None:
-            holding = {i for i, _ in on_driver}
+            holding = {i for i, _ in on_driver.rows}
             touched = [f for i, f in enumerate(candidates) if i in holding]
-            return touched, {
-                (candidates[i].logged_path, delete): n for (i, delete), n in on_driver.items()
+            rows = {
+                (candidates[i].logged_path, delete): n for (i, delete), n in on_driver.rows.items()
             }
+            return touched, rows, self._collected_stale(session, on_driver.stale)
         partition_by = set(self._plan.shape.partition_by)
         data_keys = [k for k in self._upsert.table_keys if k not in partition_by]
+        sequence = list(self._upsert.table_sequence)
         data_columns = self._plan.layout.file_schema.names
-        scan, by_key = self._scan(session, candidates, data_keys or data_columns[:1])
+        scan, by_key = self._scan(session, candidates, [*data_keys, *sequence] or data_columns[:1])
         if len(data_keys) < len(self._upsert.table_keys):
             scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
-        keyed = scan.select(
+        stored = scan.select(
             F.col(_FILE),
             *[F.col(quote(k)).alias(_key(i)) for i, k in enumerate(self._upsert.table_keys)],
+            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(sequence)],
         )
         names = [_key(i) for i in range(len(self._upsert.table_keys))]
-        counted = keyed.join(batch_keys(), on=names).groupBy(_FILE, _DELETE).count().collect()
+        joined = stored.join(batch_changes(), on=names).withColumn(_APPLIES, _applies(sequence))
+        counted = joined.groupBy(_FILE, _DELETE, _APPLIES).count().collect()
         matched: dict[tuple[str, bool], int] = {}
+        stale_rows = 0
         for row in counted:
             path = row[_FILE]
             if path not in by_key:
@@ -1013,14 +1228,38 @@ class UpsertStager:
                     f"the upsert into {self._location.uri} read a row of {path!r}, which is not "
                     "a file it asked Spark to read; nothing was committed"
                 )
-            matched[(path, bool(row[_DELETE]))] = int(row["count"])
+            if row[_APPLIES]:
+                matched[(path, bool(row[_DELETE]))] = int(row["count"])
+            else:
+                stale_rows += int(row["count"])
         touched_paths = {path for path, _ in matched}
         touched = [f for path, f in by_key.items() if path in touched_paths]
-        return touched, {(by_key[p].logged_path, d): n for (p, d), n in matched.items()}
+        stale = _Stale()
+        if stale_rows:  # one more job, only then: which changes they are
+            stale_keys = joined.where(~F.col(_APPLIES)).select(*names, _DELETE).distinct()
+            count = stale_keys.agg(F.count(F.lit(1)), F.count_if(~F.col(_DELETE))).first()
+            assert count is not None
+            stale = _Stale(int(count[0]), int(count[1]), stale_keys.select(*names))
+        return touched, {(by_key[p].logged_path, d): n for (p, d), n in matched.items()}, stale
 
-    def _driver_matches(
-        self, candidates: list[_LiveFile], keys: _BatchKeys
-    ) -> dict[tuple[int, bool], int] | None:
+    def _collected_stale(self, session: SparkSession, stale: pa.Table) -> _Stale:
+        """The stale changes the driver found (keys typed as the table, delete flags)."""
+        from pyspark.sql import functions as F
+
+        if stale.num_rows == 0:
+            return _Stale()
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        keys = session.createDataFrame(stale.select(names)).select(
+            *[
+                F.col(n).cast(spark_type(fields[k].type, physical=False)).alias(n)
+                for n, k in zip(names, self._upsert.table_keys, strict=True)
+            ]
+        )
+        deletes = sum(map(bool, stale.column(_DELETE).to_pylist()))
+        return _Stale(stale.num_rows, stale.num_rows - deletes, F.broadcast(keys))
+
+    def _driver_matches(self, candidates: list[_LiveFile], keys: _BatchKeys) -> Matches | None:
         if keys.collected is None:
             return None
         columns = self._key_columns()
@@ -1036,7 +1275,9 @@ class UpsertStager:
             for f in candidates
         ]
         try:
-            return driver_matches(self._location, columns, files, keys.collected)
+            return driver_matches(
+                self._location, columns, files, keys.collected, self._sequence_columns()
+            )
         except (OSError, pa.ArrowException) as err:
             raise StagingError(
                 f"the upsert into {self._location.uri} could not read a file of the snapshot it "
@@ -1045,11 +1286,12 @@ class UpsertStager:
             ) from err
 
     def _keys_to_drop(self, keys: _BatchKeys) -> KeysToDrop | None:
-        """The filter that drops the changed rows in Python tasks, or ``None`` when Spark
-        must: ``staging="spark"``, keys not collected, or keys that do not cast exactly."""
+        """The filter that drops the replaced rows in Python tasks, or ``None`` when Spark
+        must: ``staging="spark"``, keys not collected, or keys or sequence values that do not
+        cast exactly."""
         if self._staging == "spark" or keys.collected is None:
             return None
-        return keys_to_drop(self._key_columns(), keys.collected)
+        return keys_to_drop(self._key_columns(), keys.collected, self._sequence_columns())
 
     def _key_columns(self) -> list[KeyColumn]:
         fields = {f.name: f for f in self._plan.shape.schema.fields}
@@ -1057,6 +1299,13 @@ class UpsertStager:
         return [
             KeyColumn(k, arrow_type(fields[k].type, physical=False), k in partition_by)
             for k in self._upsert.table_keys
+        ]
+
+    def _sequence_columns(self) -> list[SequenceColumn]:
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        return [
+            SequenceColumn(s, arrow_type(fields[s].type, physical=False))
+            for s in self._upsert.table_sequence
         ]
 
     def _rewrite_kept(
@@ -1111,15 +1360,17 @@ class UpsertStager:
         session: SparkSession,
         touched: list[_LiveFile],
         actions: pa.Table,
-        batch_keys: DataFrame,
+        changes: DataFrame,
     ) -> DataFrame:
-        """The touched files' rows whose key the batch does not name, shaped as the table's
-        rules shape written rows (partition values spelled, no checks: they are the table's)."""
+        """The touched files' rows that the batch's ``changes`` do not replace (their key is
+        not the batch's, or its change is stale), shaped as the table's rules shape written
+        rows (partition values spelled, no checks: they are the table's)."""
         from pyspark.sql import functions as F
 
         from framework.spark._plan import apply_input_plan
 
         shape = self._plan.shape
+        sequence = self._upsert.table_sequence
         data_columns = list(self._plan.layout.file_schema.names)
         scan, by_key = self._scan(session, touched, data_columns)
         if shape.partition_by:
@@ -1128,13 +1379,19 @@ class UpsertStager:
         rows = scan.select(
             *[F.col(quote(f.name)) for f in shape.schema.fields],
             *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
+            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(sequence)],
         )
-        kept = rows.join(batch_keys, on=names, how="left_anti").drop(*names)
+        if sequence:
+            joined = rows.join(changes, on=names, how="left")
+            kept = joined.where(F.col(_DELETE).isNull() | ~_applies(sequence))
+        else:
+            kept = rows.join(changes.select(*names), on=names, how="left_anti")
         identity = tuple(
             PlannedColumn(name=f.name, expression=quote(f.name)) for f in shape.schema.fields
         )
         return apply_input_plan(
-            kept, InputPlan(columns=identity, checks=(), output=self._plan.input_plan.output)
+            kept.select(*[F.col(quote(f.name)) for f in shape.schema.fields]),
+            InputPlan(columns=identity, checks=(), output=self._plan.input_plan.output),
         )
 
 

@@ -65,6 +65,17 @@ def committed_files(table_uri: str) -> set[str]:
     return {os.path.relpath(u.replace("file://", ""), root) for u in DeltaTable(root).file_uris()}
 
 
+def files_ever_added(table_uri: str) -> set[str]:
+    """Every path an add action of a local table's log has named (as the log spells it)."""
+    added = set()
+    for commit in sorted((Path(table_uri) / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                added.add(action["add"]["path"])
+    return added
+
+
 def staging_leftovers(table_uri: str) -> list[str]:
     staging = Path(table_uri) / STAGING_DIR
     return [p.as_posix() for p in staging.rglob("*") if p.is_file()] if staging.exists() else []

@@ -6,7 +6,9 @@ installed ``sparksink`` wheel), never a test helper.
 
 Usage: ``spark-submit ... _deploy_job.py TABLE_URI``. Prints one JSON line: what every Python
 worker reported about its interpreter and where it imported the packages from, the
-metrics of the two bounded writes, and how long each step took.
+metrics of the two bounded writes, what ``read_table`` and the ``"deltalake"`` format read, and
+how long each step took. The format also writes ``TABLE_URI-copy`` (a batch write) and
+``TABLE_URI-stream`` (a stream of the table, checkpointed in ``TABLE_URI-checkpoint``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from committers.delta import DeltaSink
+from committers.delta import DeltaSink, read_table, register
 from framework import TwoPhaseSink
 
 PARTITIONS = 4
@@ -75,9 +77,38 @@ def main(table: str) -> None:
             result = sink.write(rows((epoch - 1) * 100, 100), epoch_id=epoch)
             metrics.append({"staging": staging, "rows": result.rows, "files": result.files})
             seconds[staging] = time.monotonic() - started - sum(seconds.values())
+
+        formats = read_back(spark, table)
+        seconds["format"] = time.monotonic() - started - sum(seconds.values())
     finally:
         spark.stop()
-    print(json.dumps({"workers": reports, "writes": metrics, "seconds": seconds}))
+    print(json.dumps({"workers": reports, "writes": metrics, "reads": formats, "seconds": seconds}))
+
+
+def read_back(spark: SparkSession, table: str) -> dict[str, Any]:
+    """Read the table with read_table (Spark's Parquet reader) and the "deltalake" format, and
+    write through the format: a batch copy of the even rows and a stream of the whole table.
+    The format is planned in Python processes Spark starts on the driver, where the workers'
+    ./environment/bin/python does not exist; its rows are read and written by the executors'
+    Python workers."""
+    register(spark)
+    loaded = spark.read.format("deltalake").load(table)
+    loaded.where("part = 'even'").write.format("deltalake").mode("append").option(
+        "partitionBy", "part"
+    ).save(f"{table}-copy")
+    query = (
+        spark.readStream.format("deltalake")
+        .load(table)
+        .writeStream.format("deltalake")
+        .option("checkpointLocation", f"{table}-checkpoint")
+        .trigger(availableNow=True)
+        .start(f"{table}-stream")
+    )
+    query.awaitTermination()
+    return {
+        "read_table": sorted(r.id for r in read_table(spark, table).select("id").collect()),
+        "format": sorted(r.id for r in loaded.select("id").collect()),
+    }
 
 
 if __name__ == "__main__":

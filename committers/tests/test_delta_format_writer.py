@@ -17,6 +17,8 @@ from committers.delta._format_writer import parse_write_options
 from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
+    data_files_on_disk,
+    files_ever_added,
     ids,
     read_rows,
     staging_leftovers,
@@ -117,6 +119,43 @@ def test_overwrite_with_replace_where_replaces_only_its_partitions(spark, tmp_pa
             .option("replaceWhere", "day = '0'")
             .save(uri)
         )
+    assert _version(uri) == before
+    assert staging_leftovers(uri) == []
+
+
+@pytest.mark.spark
+def test_replace_where_on_a_data_column_rewrites_the_files_holding_matching_rows(spark, tmp_path):
+    """replaceWhere on a column that is not a partition column (DeltaSuite's "valid
+    replaceWhere"): the rows with k = 1 are replaced, the others stay (the files holding
+    k = 1 rows are rewritten in the commit's Python worker, which has no Spark); a row the
+    predicate is not TRUE for, NULL included, fails the write with nothing committed."""
+    register(spark)
+    uri = str(tmp_path / "t")
+    for lo in (0, 10):
+        _df(spark, lo, lo + 10).write.format("deltalake").mode("append").save(uri)
+    new = spark.sql("SELECT id, 1 AS k, 'new' AS s, 'x' AS day FROM range(100, 103)")
+    new.write.format("deltalake").mode("overwrite").option("replaceWhere", "k = 1").save(uri)
+    expected = [i for i in range(20) if i % 3 != 1] + [100, 101, 102]
+    assert ids(uri) == expected
+    assert sorted(r["id"] for r in duckdb_rows(uri)) == expected
+    assert next(r for r in read_rows(uri) if r["id"] == 100) == {
+        "id": 100,
+        "k": 1,
+        "s": "new",
+        "day": "x",
+    }
+    history = DeltaTable(uri).history(1)[0]
+    assert history["operationParameters"]["predicate"] == "k = 1"
+    assert data_files_on_disk(uri) <= files_ever_added(uri)
+    assert staging_leftovers(uri) == []
+    before = _version(uri)
+    for k, shown in (("2", "2"), ("NULL", "None")):
+        bad = spark.sql(f"SELECT id, CAST({k} AS INT) AS k, 's' AS s, 'x' AS day FROM range(1)")
+        message = rf"(?s)ConstraintViolationError.*replaceWhere \(k = 1\).*'k': {shown}"
+        with pytest.raises(Exception, match=message):
+            bad.write.format("deltalake").mode("overwrite").option("replaceWhere", "k = 1").save(
+                uri
+            )
     assert _version(uri) == before
     assert staging_leftovers(uri) == []
 

@@ -70,15 +70,15 @@ def lose_a_task_result(monkeypatch) -> Lost:
 
 
 def lose_a_rewritten_file(monkeypatch, *, with_its_counts: bool) -> Lost:
-    """The Python tasks' rewrite loses one group's file on the driver, either alone (its
-    task's counts arrive) or together with its task's counts."""
+    """The Python tasks' rewrite (compaction, an upsert's kept rows) loses one group's file
+    on the driver, either alone (its task's counts arrive) or together with its counts."""
     from committers.delta import _arrow_rewrite
 
-    collect = _arrow_rewrite._collect
+    in_tasks = _arrow_rewrite.in_tasks
     lost = Lost()
 
-    def losing(rdd):
-        outcomes = collect(rdd)
+    def losing(spark, groups, work):
+        outcomes = in_tasks(spark, groups, work)
         index = next(i for i, o in enumerate(outcomes) if o.file is not None)
         lost.rows = outcomes[index].file.num_records
         if with_its_counts:
@@ -86,7 +86,27 @@ def lose_a_rewritten_file(monkeypatch, *, with_its_counts: bool) -> Lost:
         outcomes[index] = dataclasses.replace(outcomes[index], file=None)
         return outcomes
 
-    monkeypatch.setattr(_arrow_rewrite, "_collect", losing)
+    monkeypatch.setattr(_arrow_rewrite, "in_tasks", losing)
+    return lost
+
+
+def lose_a_file_rewritten_for_replace_where(monkeypatch) -> Lost:
+    """An overwrite's rewrite of the files holding rows its data predicate matches loses the
+    file of one candidate's kept rows (its task's counts arrive)."""
+    from committers.delta import _replace_rewrite
+
+    in_tasks = _replace_rewrite.in_tasks
+    lost = Lost()
+
+    def losing(spark, groups, work):
+        results = in_tasks(spark, groups, work)
+        index = next(i for i, (_, o) in enumerate(results) if o.file is not None)
+        candidate, outcome = results[index]
+        lost.rows = outcome.file.num_records
+        results[index] = (candidate, dataclasses.replace(outcome, file=None))
+        return results
+
+    monkeypatch.setattr(_replace_rewrite, "in_tasks", losing)
     return lost
 
 
@@ -148,6 +168,30 @@ def test_a_lost_file_fails_an_overwrite_with_replace_where(spark, tmp_path, monk
     assert DeltaTable(table).version() == 0
     assert read_rows(table) == before
     assert_no_orphans(table)
+
+
+@pytest.mark.spark
+def test_a_lost_file_fails_an_overwrite_whose_replace_where_reads_a_data_column(
+    spark, tmp_path, monkeypatch
+):
+    """The files that hold rows the predicate matches are rewritten without them (Python
+    tasks); one rewritten file is lost: the overwrite fails before its commit."""
+    table = str(tmp_path / "t")
+    for file_ids in ([1, 2, 3, 4], [5, 7]):  # a file of mixed rows, a file of odd rows only
+        evens = [i % 2 == 0 for i in file_ids]
+        rows = pa.table({"id": pa.array(file_ids, pa.int64()), "is_even": evens})
+        write_deltalake(table, rows, mode="append")
+    before, version, on_disk = read_rows(table), DeltaTable(table).version(), _on_disk(table)
+    lost = lose_a_file_rewritten_for_replace_where(monkeypatch)
+    replace = DeltaSink(table, mode="overwrite", replace_where="is_even = true")
+    new_rows = spark.createDataFrame([(10, True), (12, True)], "id long, is_even boolean")
+    with pytest.raises(RowCountMismatchError) as refused:
+        TwoPhaseSink(replace).write(new_rows)
+    assert lost.rows == 2  # ids 1 and 3, kept
+    assert MISMATCH.format(committed=0, written=2) in str(refused.value)
+    assert DeltaTable(table).version() == version
+    assert read_rows(table) == before
+    assert _on_disk(table) == on_disk
 
 
 @pytest.mark.spark

@@ -43,8 +43,9 @@ CHANGES = "id long, name string, ts long, op string"
 
 
 def _apply(state: dict[int, tuple], changes: list[tuple]) -> None:
-    """The documented rule, for ``(id, *values, ts, op)`` changes of one batch: per id the
-    highest ts wins, then a change that is not a delete; a delete removes the row."""
+    """The documented rules, for ``(id, *values, ts, op)`` changes of one batch: per id the
+    highest ts wins, then a change that is not a delete; it applies unless the stored row
+    ranks higher (as a change that is not a delete, at its ts); a delete removes the row."""
     latest: dict[int, tuple] = {}
     for change in changes:
         rank = (change[-2], change[-1] != "D")
@@ -52,6 +53,9 @@ def _apply(state: dict[int, tuple], changes: list[tuple]) -> None:
         if held is None or rank > (held[-2], held[-1] != "D"):
             latest[change[0]] = change
     for key, change in latest.items():
+        stored = state.get(key)
+        if stored is not None and (stored[-1], True) > (change[-2], change[-1] != "D"):
+            continue  # stale
         if change[-1] == "D":
             state.pop(key, None)
         else:
@@ -153,6 +157,8 @@ CDC_BATCHES = [
         (6, "v6b", "d0", 3, "U"),
         (1, None, None, 9, "D"),
         (8, "v8", "d1", 3, "I"),
+        (2, "v2-late", "d0", 1, "U"),  # older than the row batch 1 wrote: changes nothing
+        (4, None, None, 2, "D"),  # a late delete: the same
     ],
 ]
 
@@ -409,6 +415,8 @@ def test_upsert_options_are_checked_at_construction(tmp_path) -> None:
         ({"mode": "upsert", "keys": ["id"], "sequence_by": "id"}, "sequence_by names key"),
         ({"mode": "upsert", "keys": ["id"], "delete_when": ""}, "delete_when must be a"),
         ({"mode": "upsert", "keys": ["id"], "staging": "arrow"}, "staging='arrow' cannot"),
+        ({"partial_updates": True}, "partial_updates is an option of mode='upsert'"),
+        ({"mode": "upsert", "keys": ["id"], "partial_updates": "yes"}, "must be True or False"),
         ({"mode": "merge"}, "mode must be 'append', 'overwrite' or 'upsert'"),
     ]:
         with pytest.raises(ConfigurationError, match=message):
@@ -537,10 +545,10 @@ def test_a_file_that_vanishes_before_python_tasks_rewrite_it_fails_the_batch_cle
     found = UpsertStager._touched
 
     def then_vanish(self, *args):  # type: ignore[no-untyped-def]
-        touched, matched = found(self, *args)
+        touched, *found_too = found(self, *args)
         for f in touched:  # after the driver read it, before the tasks do
             os.remove(Path(uri) / f.path)
-        return touched, matched
+        return (touched, *found_too)
 
     monkeypatch.setattr(UpsertStager, "_touched", then_vanish)
     with pytest.raises(StagingError, match=r"the upsert could not read '.*\.parquet' of"):
@@ -578,7 +586,7 @@ HOUR = dt.datetime(2026, 11, 21, 10, tzinfo=dt.timezone.utc)
 def _made_by_delta_rs(uri: str) -> None:
     """A table partitioned by a string and a timestamp, written by delta-rs in three commits:
     values at their extremes, rows with NULL keys (never matched), and a column the first files
-    lack (added later)."""
+    lack (added later). Every row is at sequence (``ts``) 0."""
     utc = dt.timezone.utc
     first = pa.table(
         {
@@ -601,6 +609,7 @@ def _made_by_delta_rs(uri: str) -> None:
             ),
             "score": pa.array([float("nan"), float("inf"), -0.0, None, 1.5], pa.float64()),
             "tags": pa.array([["a"], [], None, ["b", None], None], pa.list_(pa.string())),
+            "ts": pa.array([0] * 5, pa.int64()),
         }
     )
     write_deltalake(uri, first, partition_by=["day", "hour"])
@@ -618,6 +627,7 @@ def _made_by_delta_rs(uri: str) -> None:
 def test_kept_rows_rewritten_by_python_tasks_or_by_spark_give_the_same_table(
     spark, tmp_path
 ) -> None:
+    """With partial updates: the changes lack most columns, which updated rows keep."""
     changes = spark.createDataFrame(
         [
             ("d 1", HOUR, 1, "updated", 1, "U"),
@@ -642,6 +652,7 @@ def test_kept_rows_rewritten_by_python_tasks_or_by_spark_give_the_same_table(
                 sequence_by="ts",
                 delete_when="op = 'D'",
                 staging=staging,
+                partial_updates=True,
             )
         ).write(changes)
         assert DeltaTable(uri).version() == before + 1
@@ -657,7 +668,10 @@ def test_kept_rows_rewritten_by_python_tasks_or_by_spark_give_the_same_table(
         [("d 1", 1), ("d 1", 2), ("d 1", None), ("d 1", 5), ("d 1", 9), ("d2", 3), ("d2", 4)],
         key=str,
     )
-    assert by_key[("d 1", 1)]["name"] == "updated" and by_key[("d 1", 1)]["amount"] is None
+    updated = by_key[("d 1", 1)]
+    assert updated["name"] == "updated" and updated["amount"] == Decimal("-99999999.99")
+    assert math.isnan(updated["score"]) and updated["tags"] == ["a"] and updated["note"] is None
+    assert by_key[("d 1", 9)]["amount"] is None  # inserted: NULL where the input has nothing
     kept = by_key[("d 1", 2)]
     assert kept["name"] == "\U0001f600 non-BMP" and math.isinf(kept["score"])
     assert by_key[("d 1", 5)]["note"] == "added later" and by_key[("d 1", 2)]["note"] is None
@@ -762,3 +776,341 @@ def test_touched_files_found_on_the_driver_or_by_spark_give_the_same_commit(
     expected -= {("d0", 3, "d0-3"), ("d1", 12, "d1-12"), ("d1", 14, "d1-14")}
     expected |= {("d0", 3, "changed"), ("d1", 99, "new")}
     assert rows == sorted(expected)
+
+
+# -- sequence_by across batches ----------------------------------------------------------------
+
+#: The ways a batch is applied: who finds the rows it replaces (the driver with pyarrow, or a
+#: Spark join) and who rewrites the touched files' kept rows (Python tasks or Spark); a batch of
+#: more keys than the driver collects leaves all of it to Spark.
+APPLIED_BY = pytest.mark.parametrize(
+    ("staging", "found_by", "keys_limit"),
+    [
+        ("auto", "driver", None),
+        ("auto", "spark", None),
+        ("spark", "driver", None),
+        ("auto", "spark", 1),
+    ],
+    ids=["python-tasks", "python-tasks-after-a-spark-join", "spark-rewrite", "keys-not-collected"],
+)
+
+
+def _apply_by(monkeypatch, found_by: str, keys_limit: int | None) -> None:
+    from committers.delta import _upsert_touched
+
+    _limit_collected_keys(monkeypatch, keys_limit)
+    if found_by == "spark":
+        monkeypatch.setattr(_upsert_touched, "DRIVER_MAX_FILES", 0)
+
+
+def _kept_by_python(uri: str) -> bool:
+    """Whether the newest commit adds files the Python tasks rewrote (``<run>-kept/``)."""
+    added = [a["add"]["path"] for a in _log(uri)[-1] if "add" in a]
+    return any(p.split("/")[0].endswith("-kept") for p in added)
+
+
+def _metrics(uri: str) -> dict[str, str]:
+    return next(a["commitInfo"] for a in _log(uri)[-1] if "commitInfo" in a)["operationMetrics"]
+
+
+def _file_holding(uri: str, key: int) -> str:
+    """The logged path of the live file whose id stats hold ``key``."""
+    actions = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()
+    (path,) = [a["path"] for a in actions if a["min.id"] <= key <= a["max.id"]]
+    return path
+
+
+@APPLIED_BY
+def test_a_change_older_than_the_stored_row_is_not_applied(
+    spark, tmp_path, monkeypatch, staging, found_by, keys_limit
+) -> None:
+    _apply_by(monkeypatch, found_by, keys_limit)
+    uri = str(tmp_path / "t")
+    for ids in ([1, 2, 3], [4, 5], [6, 8]):  # three files, every row at ts 5
+        stamped = {"id": pa.array(ids, pa.int64()), "name": [f"n{i}" for i in ids]}
+        stamped["ts"] = pa.array([5] * len(ids), pa.int64())
+        write_deltalake(uri, pa.table(stamped), mode="append")
+    first, untouched, third = (_file_holding(uri, key) for key in (1, 4, 6))
+    batch = [
+        (1, "newer", 6, "U"),
+        (2, "older", 4, "U"),  # a late update: the stored row (ts 5) is newer
+        (3, "tie", 5, "U"),  # a tie with the stored row: the later arrival wins
+        (4, None, 4, "D"),  # a late delete does nothing
+        (5, None, 5, "D"),  # a tie: a non-delete (the stored row) wins over a delete
+        (6, None, 6, "D"),
+        (7, "new", 1, "I"),  # no stored row: inserted whatever its sequence
+    ]
+    _upsert(uri, staging=staging).write(_changes(spark, batch))
+    columns = ["id", "name", "ts"]
+    expected = [
+        (1, "newer", 6),
+        (2, "n2", 5),
+        (3, "tie", 5),
+        (4, "n4", 5),
+        (5, "n5", 5),
+        (7, "new", 1),
+        (8, "n8", 5),
+    ]
+    assert _table_rows(uri, columns) == expected
+    assert _duckdb_table_rows(uri, columns) == expected
+    removed = {a["remove"]["path"] for a in _log(uri)[-1] if "remove" in a}
+    assert removed == {first, third}  # the file of 4 and 5 holds stale matches only
+    live = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).column("path").to_pylist()
+    assert untouched in live
+    metrics = _metrics(uri)
+    assert metrics["numStaleChanges"] == "3"
+    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsDeleted"]) == ("2", "1")
+    assert metrics["numTargetRowsCopied"] == "2"  # 2 and 8
+    assert _kept_by_python(uri) == (staging == "auto" and keys_limit is None)
+
+    # The next batch is compared with the rows this one wrote.
+    later = [(1, "late", 5, "U"), (7, "later", 2, "U"), (2, None, 6, "D")]
+    _upsert(uri, staging=staging).write(_changes(spark, later))
+    expected = [r for r in expected if r[0] != 2]
+    expected[expected.index((7, "new", 1))] = (7, "later", 2)
+    assert _table_rows(uri, columns) == expected
+    assert _duckdb_table_rows(uri, columns) == expected
+    assert _metrics(uri)["numStaleChanges"] == "1"
+    _assert_clean(uri)
+
+
+def test_spark_and_pyarrow_order_a_change_against_the_stored_row_alike(spark) -> None:
+    """The rule of test_upsert_touched.py's cases, evaluated by Spark (the kept rows of
+    ``staging="spark"`` and of large batches, the Spark join's count)."""
+    from committers.delta._upsert import _DELETE, _applies, _sequence, _stored
+    from committers.tests.test_upsert_touched import APPLIES_CASES, APPLIES_NAN_CASES
+
+    for cases, kind in ((APPLIES_CASES, "long"), (APPLIES_NAN_CASES, "double")):
+        for width in sorted({len(stored) for stored, *_ in cases}):
+            subset = [c for c in cases if len(c[0]) == width]
+            columns = [f"{_stored(i)} {kind}" for i in range(width)]
+            columns += [f"{_sequence(i)} {kind}" for i in range(width)]
+            ddl = ", ".join([*columns, f"{_DELETE} boolean", "expected boolean"])
+            rows = [
+                (*stored, *change, deletes, expected)
+                for stored, change, deletes, expected in subset
+            ]
+            got = spark.createDataFrame(rows, ddl).select(
+                _applies(["s"] * width).alias("applies"), "expected"
+            )
+            assert [(r.applies, r.expected) for r in got.collect()] == [
+                (expected, expected) for *_, expected in subset
+            ]
+
+
+def test_the_sequence_by_column_must_be_stored_by_the_table(spark, tmp_path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
+    changes = _changes(spark, [(1, "x", 3, "U")])
+    with pytest.raises(
+        SchemaMismatchError,
+        match=r"sequence_by names \['ts'\], not a column of .*schema_mode='merge' adds it",
+    ):
+        _upsert(uri).write(changes)
+    assert DeltaTable(uri).version() == 0
+    _upsert(uri, schema_mode="merge").write(changes)  # adds ts: the rows held have none
+    late = _changes(spark, [(1, "late", 2, "U"), (2, None, 0, "D")])
+    _upsert(uri, schema_mode="merge").write(late)
+    assert _table_rows(uri, ["id", "name", "ts"]) == [(1, "x", 3)]  # 2 stored without: older
+    assert _duckdb_table_rows(uri, ["id", "name", "ts"]) == [(1, "x", 3)]
+    partitioned = str(tmp_path / "p")
+    write_deltalake(
+        partitioned,
+        pa.table({"id": pa.array([1], pa.int64()), "ts": pa.array([1], pa.int64())}),
+        partition_by=["ts"],
+    )
+    with pytest.raises(ConfigurationError, match=r"sequence_by names \['ts'\], partition col"):
+        _upsert(partitioned).write(_changes(spark, [(1, "x", 3, "U")]).drop("name"))
+    assert DeltaTable(partitioned).version() == 0
+    _assert_clean(uri)
+
+
+def test_a_late_change_after_a_delete_comes_back_unless_deletes_are_kept_as_rows(
+    spark, tmp_path
+) -> None:
+    """The documented gap: a delete leaves no row to compare a later change with. A soft
+    delete (an update that marks the row) keeps the sequence, so the late change is stale."""
+    uri = str(tmp_path / "hard")
+    _upsert(uri).write(_changes(spark, [(1, "a", 1, "I")]))
+    _upsert(uri).write(_changes(spark, [(1, None, 5, "D")]))
+    _upsert(uri).write(_changes(spark, [(1, "late", 3, "U")]))
+    assert _table_rows(uri, ["id", "name", "ts"]) == [(1, "late", 3)]  # back, as documented
+
+    uri = str(tmp_path / "soft")
+    soft = "id long, name string, ts long, deleted boolean"
+    sink = TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"], sequence_by="ts"))
+    sink.write(spark.createDataFrame([(1, "a", 1, False)], soft))
+    sink.write(spark.createDataFrame([(1, "a", 5, True)], soft))
+    sink.write(spark.createDataFrame([(1, "late", 3, False)], soft))
+    expected = [(1, "a", 5, True)]
+    assert _table_rows(uri, ["id", "name", "ts", "deleted"]) == expected
+    assert _duckdb_table_rows(uri, ["id", "name", "ts", "deleted"]) == expected
+    _assert_clean(uri)
+
+
+# -- deletes that carry only their key ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("keys", [["id"], ["day", "id"]], ids=["day-not-a-key", "day-a-key"])
+@APPLIED_BY
+def test_a_delete_carrying_only_its_key_deletes_the_row_wherever_it_lives(
+    spark, tmp_path, monkeypatch, staging, found_by, keys_limit, keys
+) -> None:
+    """As CDC tools emit deletes: the key, the sequence and the operation; every other column
+    NULL, the partition column too unless it is part of the key."""
+    _apply_by(monkeypatch, found_by, keys_limit)
+    uri = str(tmp_path / "t")
+    write_deltalake(
+        uri,
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3, 4], pa.int64()),
+                "day": ["d1", "d2", "d2", "d1"],
+                "name": ["a", "b", "c", "d"],
+                "ts": pa.array([1, 1, 1, 5], pa.int64()),
+            }
+        ),
+        partition_by=["day"],
+    )
+    day = (lambda d: d) if keys == ["day", "id"] else (lambda d: None)
+    deletes = [
+        (1, day("d1"), None, 2, "D"),
+        (2, day("d2"), None, 2, "D"),
+        (4, day("d1"), None, 4, "D"),
+    ]
+    TwoPhaseSink(
+        DeltaSink(
+            uri,
+            mode="upsert",
+            keys=keys,
+            sequence_by="ts",
+            delete_when="op = 'D'",
+            staging=staging,
+        )
+    ).write(spark.createDataFrame(deletes, "id long, day string, name string, ts long, op string"))
+    expected = [(3, "d2", "c", 1), (4, "d1", "d", 5)]  # 4's delete is older than the row
+    columns = ["id", "day", "name", "ts"]
+    assert _table_rows(uri, columns) == expected
+    assert _duckdb_table_rows(uri, columns) == expected
+    assert _metrics(uri)["numTargetRowsDeleted"] == "2"
+    _assert_clean(uri)
+
+
+# -- partial updates ---------------------------------------------------------------------------
+
+
+def _customers(uri: str) -> None:
+    """A table made by delta-rs: email NOT NULL, tier partitions it, shout is generated from
+    name."""
+    from deltalake import Field, Schema
+
+    shout = Field("shout", "string", metadata={"delta.generationExpression": "upper(name)"})
+    DeltaTable.create(
+        uri,
+        schema=Schema(
+            [
+                Field("id", "long"),
+                Field("name", "string"),
+                Field("email", "string", nullable=False),
+                Field("tier", "string"),
+                Field("ts", "long"),
+                shout,
+            ]
+        ),
+        partition_by=["tier"],
+    )
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4], pa.int64()),
+            "name": ["a", "b", "c", "d"],
+            "email": ["a@x", "b@x", "c@x", "d@x"],
+            "tier": ["gold", "gold", None, "gold"],
+            "ts": pa.array([1, 1, 1, 1], pa.int64()),
+            "shout": ["A", "B", "C", "D"],
+        },
+        schema=pa.schema(
+            [
+                ("id", pa.int64()),
+                ("name", pa.string()),
+                ("email", pa.string(), False),
+                ("tier", pa.string()),
+                ("ts", pa.int64()),
+                ("shout", pa.string()),
+            ]
+        ),
+    )
+    write_deltalake(uri, rows, mode="append")
+
+
+def test_an_input_lacking_a_table_column_is_refused_unless_partial_updates(spark, tmp_path) -> None:
+    uri = str(tmp_path / "t")
+    _customers(uri)
+    version = DeltaTable(uri).version()
+    feed = "id long, name string, ts long, op string"  # no email, no tier (shout is generated)
+    changes = spark.createDataFrame([(1, "renamed", 2, "U")], feed)
+    with pytest.raises(
+        SchemaMismatchError,
+        match=r"the input lacks column\(s\) \['email', 'tier'\] of .*partial_updates=True",
+    ):
+        _upsert(uri).write(changes)
+    assert DeltaTable(uri).version() == version
+    _assert_clean(uri)
+
+
+@KEPT_BY
+def test_partial_updates_keep_the_stored_values_of_the_columns_the_input_lacks(
+    spark, tmp_path, staging
+) -> None:
+    uri = str(tmp_path / "t")
+    _customers(uri)
+    feed = "id long, name string, ts long, op string"
+    sink = _upsert(uri, staging=staging, partial_updates=True)
+    sink.write(
+        spark.createDataFrame(
+            [(1, "renamed", 2, "U"), (3, "late", 0, "U"), (2, None, 2, "D")], feed
+        )
+    )
+    expected = [
+        (1, "renamed", "a@x", "gold", 2, "RENAMED"),  # email and tier kept, shout recomputed
+        (3, "c", "c@x", None, 1, "C"),  # stale
+        (4, "d", "d@x", "gold", 1, "D"),
+    ]
+    columns = ["id", "name", "email", "tier", "ts", "shout"]
+    assert _table_rows(uri, columns) == expected
+    assert _duckdb_table_rows(uri, columns) == expected
+    assert _kept_by_python(uri) == (staging == "auto")
+    version = DeltaTable(uri).version()
+    with pytest.raises(NullConstraintError, match="email"):  # an insert has no email to keep
+        sink.write(spark.createDataFrame([(1, "again", 3, "U"), (9, "new", 3, "I")], feed))
+    assert DeltaTable(uri).version() == version
+    assert _table_rows(uri, columns) == expected
+    _assert_clean(uri)
+
+
+def test_partial_updates_insert_nulls_where_the_table_allows_them(spark, tmp_path) -> None:
+    uri = _four_files(tmp_path)
+    changes = spark.createDataFrame([(5, 1, "U"), (100, 1, "I")], "id long, ts long, op string")
+    _upsert(uri, partial_updates=True).write(changes)
+    rows = dict(_table_rows(uri, ["id", "name"]))
+    assert rows[5] == "n5" and rows[100] is None and len(rows) == 41
+    assert dict(_duckdb_table_rows(uri, ["id", "name"])) == rows
+
+
+# -- Spark Connect -----------------------------------------------------------------------------
+
+
+def test_an_upsert_under_spark_connect_is_refused_naming_spark_connect(
+    spark, connect, tmp_path, monkeypatch
+) -> None:
+    uri = str(tmp_path / "t")
+    changes = connect.createDataFrame([(1, "x")], "id long, name string")
+    message = "mode='upsert' cannot run under Spark Connect"
+    with pytest.raises(ConfigurationError, match=message):  # a Connect DataFrame
+        TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"])).write(changes)
+    # SparkSession.builder.remote(...) makes every new session a Connect one, in a process
+    # that may also run the Connect server (and so a JVM): Spark Connect is the reason then too.
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    with pytest.raises(ConfigurationError, match=message) as refused:
+        TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"])).write(changes)
+    assert "Hadoop" not in str(refused.value)
+    assert not (tmp_path / "t").exists()

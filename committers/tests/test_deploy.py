@@ -8,7 +8,10 @@
    job on ``local-cluster[2,1,1024]`` (separate executor JVMs and Python workers) submitted
    with ``spark-submit`` from a directory outside the repository with no PYTHONPATH: the
    executors import the packages from the unpacked archive, never from the source tree, and
-   the Delta table holds exactly the rows written.
+   the Delta table holds exactly the rows written. The same job reads the table back with
+   ``read_table`` and the ``"deltalake"`` format and writes through the format (a batch write
+   and a stream): the format is planned in Python processes on the driver, where the
+   executors' relative ``./environment/bin/python`` does not exist.
 
 No test downloads anything. The virtualenvs are built offline from the project venv that runs
 this test: every distribution the wheel depends on (resolved from the wheel's own
@@ -309,7 +312,7 @@ def test_a_packed_venv_shipped_with_archives_runs_a_job_on_separate_executors(
         shutil.rmtree(spark_home / "work", ignore_errors=True)
         pack.unlink()
     finished = time.monotonic()
-    assert done.returncode == 0, log.read_text()[-6000:]
+    assert done.returncode == 0, log.read_text()[-6000:] + done.stdout[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     steps = ", ".join(f"{k} {v:.1f} s" for k, v in report["seconds"].items())
     print(f"packing {packed - started:.1f} s, spark-submit {finished - packed:.1f} s ({steps})")
@@ -336,7 +339,13 @@ def test_a_packed_venv_shipped_with_archives_runs_a_job_on_separate_executors(
         ("arrow", 100),
         ("spark", 100),
     ]
-    rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
-    assert sorted((r["id"], r["label"], r["part"]) for r in rows) == [
-        (i, f"row-{i}", "even" if i % 2 == 0 else "odd") for i in range(200)
-    ]
+    expected = [(i, f"row-{i}", "even" if i % 2 == 0 else "odd") for i in range(200)]
+
+    def rows(uri: Path) -> list[tuple]:
+        table_rows = DeltaTable(str(uri)).to_pyarrow_table().to_pylist()
+        return sorted((r["id"], r["label"], r["part"]) for r in table_rows)
+
+    assert rows(table) == expected
+    assert report["reads"] == {"read_table": list(range(200)), "format": list(range(200))}
+    assert rows(tmp_path / "table-copy") == [r for r in expected if r[2] == "even"]
+    assert rows(tmp_path / "table-stream") == expected

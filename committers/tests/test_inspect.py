@@ -23,6 +23,7 @@ from committers.delta import DeltaSink
 from committers.delta._inspect import gather
 from committers.delta._inspect_cli import main
 from committers.delta._inspect_render import render_text
+from committers.delta._snapshot import SnapshotSpec, open_snapshot
 from committers.delta._spark_staging import RUN_DIR_PREFIX, spark_manifest_path
 from committers.delta._staging import STAGING_DIR, write_manifest
 from committers.delta._storage import TableLocation
@@ -108,7 +109,7 @@ def test_json_names_each_app_id_with_its_last_batch_writer_and_commit(tmp_path, 
     report = cli_json(capsys, "inspect", uri)
     history = {h["version"]: h for h in DeltaTable(uri).history()}
 
-    assert report["report_version"] == 1
+    assert report["report_version"] == 2
     assert report["table"]["uri"] == uri and report["table"]["version"] == 3
     apps = {a["app_id"]: a for a in report["apps"]["entries"]}
     assert list(apps) == ["backfill", "orders-ingest"]
@@ -117,8 +118,10 @@ def test_json_names_each_app_id_with_its_last_batch_writer_and_commit(tmp_path, 
     ingest, backfill = apps["orders-ingest"]["last_commit"], apps["backfill"]["last_commit"]
     assert (ingest["version"], ingest["batch"], ingest["writer_identity"]) == (2, 2, "query-1")
     assert (backfill["version"], backfill["batch"], backfill["writer_identity"]) == (3, 7, "job-7")
-    assert ingest["time"] == iso_ms(history[2]["timestamp"])
-    assert backfill["time"] == iso_ms(history[3]["timestamp"])
+    assert ingest["commit_info_time"] == iso_ms(history[2]["timestamp"])
+    assert backfill["commit_info_time"] == iso_ms(history[3]["timestamp"])
+    assert ingest["time"] == _commit_file_time(uri, 2)
+    assert backfill["time"] == _commit_file_time(uri, 3)
     assert ingest["run_id"] == history[2]["sink.runId"]
     assert report["apps"]["history_searched"] == 4
 
@@ -158,7 +161,7 @@ def test_text_from_a_subprocess_shows_app_ids_last_batches_and_commits(tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     text = result.stdout
-    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z"
     assert re.search(rf"^  backfill +7 +job-7 +{when} +3$", text, re.M), text
     assert re.search(rf"^  orders-ingest +2 +query-1 +{when} +2$", text, re.M), text
     assert "Recent commits (2 of 4, newest first)" in text
@@ -169,6 +172,44 @@ def test_text_from_a_subprocess_shows_app_ids_last_batches_and_commits(tmp_path)
     assert "Files: 4 files" in text and ", 35 rows" in text
     assert "small files (< 32.0 MiB): 4 (100.0%)" in text
     assert "  delta.checkpointInterval               10" in text
+
+
+def _commit_file_time(uri: str, version: int) -> str:
+    """The modification time of a commit's file, to the millisecond (as time travel reads it)."""
+    seconds = Path(uri, "_delta_log", f"{version:020d}.json").stat().st_mtime
+    return iso_ms(round(seconds * 1_000_000) // 1000)
+
+
+def test_the_commit_times_shown_are_the_ones_time_travel_reads_back(tmp_path, capsys):
+    """A commit's file is written after its commitInfo time (here: seconds later, at a
+    sub-millisecond instant); the time shown, pasted into timestampAsOf, reads that version."""
+    uri = two_app_table(tmp_path)
+    base = int(time.time()) - 600
+    for version in range(4):
+        log = Path(uri, "_delta_log", f"{version:020d}.json")
+        actions = [json.loads(line) for line in log.read_text().splitlines()]
+        for action in actions:
+            if "commitInfo" in action:
+                action["commitInfo"]["timestamp"] = int((base + 10 * version) * 1000)
+        log.write_text("".join(json.dumps(a) + "\n" for a in actions))
+        written = base + 10 * version + 2.0008  # 0.8 ms past a whole millisecond
+        os.utime(log, (written, written))
+
+    def version_at(shown: str) -> int:
+        return open_snapshot(TableLocation.of(uri), SnapshotSpec.of(None, shown))[1].version
+
+    report = cli_json(capsys, "inspect", uri)
+    assert [(c["version"], version_at(c["time"])) for c in report["commits"]] == [
+        (v, v) for v in (3, 2, 1, 0)
+    ]
+    assert [c["commit_info_time"] for c in report["commits"]] == [
+        iso_ms(int((base + 10 * v) * 1000)) for v in (3, 2, 1, 0)
+    ]
+    for app in report["apps"]["entries"]:
+        assert version_at(app["last_commit"]["time"]) == app["last_commit"]["version"]
+    text = render_text(gather(TableLocation.of(uri)))
+    shown = re.findall(r"^ +(\d) +(\S+ \S+) +[A-Z]", text, re.M)
+    assert [(int(v), version_at(t)) for v, t in shown] == [(v, v) for v in (3, 2, 1, 0)]
 
 
 def _paths_added_by(uri: str, versions) -> list[str]:
@@ -331,7 +372,8 @@ def test_delta_spark_style_metrics_are_read_from_commit_info(tmp_path, capsys):
     newest = cli_json(capsys, "inspect", uri)["commits"][0]
     assert newest == {
         "version": 1,
-        "time": "2026-11-18T11:06:40.000Z",
+        "time": _commit_file_time(uri, 1),
+        "commit_info_time": "2026-11-18T11:06:40.000Z",
         "operation": "STREAMING UPDATE",
         "app_id": None,
         "batch": None,

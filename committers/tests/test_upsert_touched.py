@@ -1,7 +1,7 @@
 """An upsert's key matching in pyarrow: the driver's count of matching rows per candidate file,
 and when it declines (the Spark join then decides); the filter that drops the changed rows when
-Python tasks rewrite a file. Both are compared with Spark's on real upserts in
-test_delta_upsert.py."""
+Python tasks rewrite a file; with ``sequence_by``, the rule that makes a change stale. All are
+compared with Spark's on real upserts in test_delta_upsert.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,14 @@ import pytest
 
 from committers.delta import _upsert_touched
 from committers.delta._storage import TableLocation
-from committers.delta._upsert_touched import Candidate, KeyColumn, driver_matches, keys_to_drop
+from committers.delta._upsert_touched import (
+    Candidate,
+    KeyColumn,
+    SequenceColumn,
+    change_applies,
+    driver_matches,
+    keys_to_drop,
+)
 
 ID = KeyColumn("id", pa.int64(), partition=False)
 DAY = KeyColumn("day", pa.string(), partition=True)
@@ -40,7 +47,9 @@ def test_matching_rows_are_counted_per_file_and_delete_flag(tmp_path: Path) -> N
     batch = _batch(pa.array([2, 3, 4], pa.int32()), deletes=[False, True, False])
     location = TableLocation.of(str(tmp_path))
     matches = driver_matches(location, [ID], [first, second, untouched], batch)
-    assert matches == {(0, False): 1, (0, True): 1, (1, True): 2}
+    assert matches is not None
+    assert matches.rows == {(0, False): 1, (0, True): 1, (1, True): 2}
+    assert matches.stale.num_rows == 0  # without sequence_by every change applies
 
 
 def test_partition_keys_come_from_the_log_and_missing_columns_match_nothing(
@@ -52,7 +61,7 @@ def test_partition_keys_come_from_the_log_and_missing_columns_match_nothing(
     batch = _batch(pa.array(["d1", "d2"]), pa.array([1, 2], pa.int64()), deletes=[False, False])
     location = TableLocation.of(str(tmp_path))
     matches = driver_matches(location, [DAY, ID], [old, d1, d2], batch)
-    assert matches == {(1, False): 1, (2, False): 1}
+    assert matches is not None and matches.rows == {(1, False): 1, (2, False): 1}
 
 
 def test_values_that_do_not_cast_exactly_leave_the_decision_to_spark(tmp_path: Path) -> None:
@@ -74,7 +83,8 @@ def test_too_many_or_too_large_candidates_are_left_to_spark(tmp_path: Path, monk
     files = [_file(tmp_path, f"{i}.parquet", pa.table({"id": [i]})) for i in range(3)]
     batch = _batch(pa.array([1], pa.int64()), deletes=[False])
     location = TableLocation.of(str(tmp_path))
-    assert driver_matches(location, [ID], files, batch) == {(1, False): 1}
+    found = driver_matches(location, [ID], files, batch)
+    assert found is not None and found.rows == {(1, False): 1}
     monkeypatch.setattr(_upsert_touched, "DRIVER_MAX_FILES", 2)
     assert driver_matches(location, [ID], files, batch) is None
     monkeypatch.setattr(_upsert_touched, "DRIVER_MAX_FILES", 3)
@@ -150,3 +160,103 @@ def test_keys_that_do_not_cast_exactly_leave_the_rewrite_to_spark() -> None:
     micros = KeyColumn("ts", pa.timestamp("us", UTC), partition=False)
     nanos = pa.array([1_000_000_001], pa.timestamp("ns", UTC))
     assert keys_to_drop([micros], _batch(nanos, deletes=[False])) is None
+
+
+# -- sequence_by across batches: a change older than the stored row is stale -------------------
+
+TS = SequenceColumn("ts", pa.int64())
+NAN = float("nan")
+#: (stored sequence, change sequence, the change deletes, whether it applies); shared with the
+#: Spark twin of the rule in test_delta_upsert.py.
+APPLIES_CASES = [
+    ((5,), (6,), False, True),
+    ((5,), (4,), False, False),  # a late update: the stored row is newer
+    ((5,), (5,), False, True),  # a tie: the later arrival, the change, wins
+    ((5,), (6,), True, True),
+    ((5,), (4,), True, False),  # a late delete does nothing
+    ((5,), (5,), True, False),  # a tie: a non-delete (the stored row) wins over a delete
+    ((None,), (1,), False, True),  # a row stored without a sequence is older than any change
+    ((None,), (1,), True, True),
+    ((5, 2), (5, 3), False, True),  # several columns compare left to right
+    ((5, 2), (5, 1), False, False),
+    ((5, 2), (4, 9), False, False),
+    ((5, 2), (6, 0), True, True),
+    ((5, None), (5, 0), True, True),
+    ((5, 2), (5, 2), True, False),
+]
+#: The same for a floating-point sequence: NaN above every number and equal to itself.
+APPLIES_NAN_CASES = [
+    ((NAN,), (1.0,), False, False),
+    ((1.0,), (NAN,), False, True),
+    ((NAN,), (NAN,), False, True),
+    ((NAN,), (NAN,), True, False),
+    ((-0.0,), (0.0,), True, False),  # -0.0 equals 0.0
+]
+
+
+@pytest.mark.parametrize(
+    ("cases", "kind"), [(APPLIES_CASES, pa.int64()), (APPLIES_NAN_CASES, pa.float64())]
+)
+def test_a_change_applies_when_it_ranks_at_least_as_high_as_the_stored_row(cases, kind) -> None:
+    for stored, change, deletes, expected in cases:
+        width = len(stored)
+        applies = change_applies(
+            [pa.array([stored[i]], kind) for i in range(width)],
+            [pa.array([change[i]], kind) for i in range(width)],
+            pa.array([deletes]),
+        )
+        assert applies.to_pylist() == [expected], (stored, change, deletes)
+
+
+def test_the_filter_keeps_the_rows_newer_than_their_change() -> None:
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4, 5, 6], pa.int64()),
+            "ts": pa.array([5, 5, 5, 5, None, 5], pa.int64()),
+            "v": ["a", "b", "c", "d", "e", "f"],
+        }
+    )
+    batch = _batch(
+        pa.array([1, 2, 3, 4, 5], pa.int32()),
+        pa.array([6, 4, 5, 5, 0], pa.int32()),  # (typed as the table: cast exactly)
+        deletes=[False, False, False, True, True],
+    )
+    batch = batch.select([0, 2, 1])  # keys, delete flag, sequence values
+    drop = keys_to_drop([ID], batch, [TS])
+    assert drop is not None
+    # 1 newer: replaced; 2 older: kept; 3 tie: replaced; 4 deleted at a tie: kept;
+    # 5 stored without a sequence: deleted; 6 not in the batch: kept.
+    assert drop(rows).column("v").to_pylist() == ["b", "d", "f"]
+
+
+def test_the_driver_counts_only_the_rows_a_change_replaces_and_names_the_stale_changes(
+    tmp_path: Path,
+) -> None:
+    stamped = _file(
+        tmp_path,
+        "a.parquet",
+        pa.table({"id": pa.array([1, 2, 3], pa.int64()), "ts": pa.array([5, 5, 5], pa.int64())}),
+    )
+    unstamped = _file(tmp_path, "b.parquet", pa.table({"id": pa.array([4], pa.int64())}))
+    batch = pa.table(
+        [
+            pa.array([1, 2, 3, 4], pa.int64()),
+            pa.array([False, True, False, True]),
+            pa.array([6, 5, 4, 0], pa.int64()),
+        ],
+        names=["k", "d", "s"],
+    )
+    location = TableLocation.of(str(tmp_path))
+    matches = driver_matches(location, [ID], [stamped, unstamped], batch, [TS])
+    assert matches is not None
+    # 1 replaced; 2 a delete at a tie and 3 older: stale; 4 lacks the column: deleted.
+    assert matches.rows == {(0, False): 1, (1, True): 1}
+    assert sorted(matches.stale.to_pylist(), key=str) == [
+        {"__sparksink_key_0__": 2, "__sparksink_delete__": True},
+        {"__sparksink_key_0__": 3, "__sparksink_delete__": False},
+    ]
+    too_long = pa.table(
+        [pa.array([1]), pa.array([False]), pa.array([2**40])], names=["k", "d", "s"]
+    )
+    narrow = SequenceColumn("ts", pa.int32())
+    assert driver_matches(location, [ID], [stamped], too_long, [narrow]) is None  # Spark decides

@@ -11,7 +11,7 @@ overhead in ``local[2]``, against 0.5 s with the job capped at the cluster's par
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,8 +30,10 @@ def parquet_files(
     *,
     schema: StructType | str,
     base_path: str | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """A DataFrame reading exactly ``paths`` with ``schema`` (a StructType or Spark DDL).
+    """A DataFrame reading exactly ``paths`` with ``schema`` (a StructType or Spark DDL);
+    ``base_path`` and ``options`` are Spark's file source options.
 
     Spark lists the files while the DataFrame is created; during that call the session's
     listing parallelism is capped at ``spark.sparkContext.defaultParallelism`` (never raised)
@@ -44,6 +46,8 @@ def parquet_files(
     reader = spark.read.schema(schema)
     if base_path is not None:
         reader = reader.option("basePath", base_path)
+    for name, value in (options or {}).items():
+        reader = reader.option(name, value)
     with _conf_lock:
         before = spark.conf.get(LISTING_PARALLELISM_CONF)
         cap = max(1, spark.sparkContext.defaultParallelism)

@@ -30,6 +30,9 @@ earlier filters kept. Pruning there is only safe when each query starts from its
 from __future__ import annotations
 
 import logging
+import shutil
+import sys
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FILTER_PUSHDOWN_CONF",
     "MAX_PLANNED_SPLITS",
+    "WORKER_PYTHON_CONF",
     "BoundedSourceReader",
     "SplitsPartition",
     "plan_partitions",
@@ -63,6 +67,11 @@ log = logging.getLogger("framework.spark")
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 #: Most splits one planning accepts: past this the enumerator is assumed not to terminate.
 MAX_PLANNED_SPLITS = 10_000_000
+#: The interpreter of the executors' Python workers for SQL (UDFs, ``mapInArrow``, Python data
+#: source reads and writes); unset, they use the one a function was registered with.
+WORKER_PYTHON_CONF = "spark.sql.execution.pyspark.python"
+# Held while SparkContext.pythonExec names the driver's interpreter for a registration.
+_registration_lock = threading.Lock()
 
 
 class SplitsPartition(InputPartition):
@@ -272,8 +281,19 @@ def register_data_source(
     Python worker while planning each read of a Python data source that pushes filters; readers
     without ``pushFilters`` are unaffected. The change is logged at INFO. See the module
     docstring for the plan Spark reuses after a pushdown.
+
+    Spark plans a Python data source (its schema and partitions, a stream's offsets, a write's
+    commit) in Python processes it starts on the driver, with the interpreter the data source
+    was registered with: the workers' (``spark.pyspark.python`` / ``PYSPARK_PYTHON``). A
+    deployment that ships its environment in ``--archives env.tar.gz#environment`` names it
+    relative to each executor's working directory (``./environment/bin/python``), which the
+    driver does not have: planning would fail with ``Cannot run program``. When the workers'
+    interpreter cannot be found from the driver, the data source is registered with this
+    process's own interpreter (the driver's, which runs the job and has what the data source
+    needs), and :data:`WORKER_PYTHON_CONF`, unless already set, is set for the session to the
+    workers' interpreter, so that the executors' Python workers keep theirs (logged at INFO).
     """
-    spark.dataSource.register(data_source)
+    _register_planned_on_driver(spark, data_source)
     if not filter_pushdown:
         return
     current = str(spark.conf.get(FILTER_PUSHDOWN_CONF, "false")).strip().lower()
@@ -284,3 +304,36 @@ def register_data_source(
             FILTER_PUSHDOWN_CONF,
             data_source.name(),
         )
+
+
+def _register_planned_on_driver(spark: SparkSession, data_source: type[DataSource]) -> None:
+    """``spark.dataSource.register(data_source)`` with an interpreter the driver can start
+    (see :func:`register_data_source`)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):  # the server plans it
+        spark.dataSource.register(data_source)
+        return
+    context: Any = spark.sparkContext
+    workers = str(context.pythonExec)
+    if shutil.which(workers) is not None:
+        spark.dataSource.register(data_source)
+        return
+    if spark.conf.get(WORKER_PYTHON_CONF, None) is None:
+        spark.conf.set(WORKER_PYTHON_CONF, workers)
+        log.info(
+            "set %s=%s for this session: the workers' Python cannot be started on the driver, "
+            "so the %r data source is planned with the driver's %s",
+            WORKER_PYTHON_CONF,
+            workers,
+            data_source.name(),
+            sys.executable,
+        )
+    # register() takes the interpreter from SparkContext.pythonExec. The lock keeps two
+    # registrations from restoring each other's value; a Python function another thread defines
+    # meanwhile gets the driver's interpreter too, which SQL functions override on the
+    # executors with the setting above.
+    with _registration_lock:
+        context.pythonExec = sys.executable
+        try:
+            spark.dataSource.register(data_source)
+        finally:
+            context.pythonExec = workers

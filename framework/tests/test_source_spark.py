@@ -6,6 +6,8 @@ batches). Planning and reading are checked in-process first (no JVM), then once 
 
 from __future__ import annotations
 
+import sys
+
 import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import DataSource, InputPartition
@@ -16,6 +18,7 @@ from framework.sink import deserialize_versioned
 from framework.source import Boundedness, FileGroupSource, FileSourceConfig, FileSplit
 from framework.spark._source import (
     FILTER_PUSHDOWN_CONF,
+    WORKER_PYTHON_CONF,
     BoundedSourceReader,
     SplitsPartition,
     plan_splits,
@@ -131,3 +134,28 @@ def test_spark_reads_the_source_through_the_python_data_source_api(spark):
         assert rows == [(i, f"n{i}") for i in range(12)]
     finally:
         spark.conf.set(FILTER_PUSHDOWN_CONF, before)
+
+
+@pytest.mark.spark
+def test_a_source_is_planned_with_the_drivers_python_when_the_workers_is_not_here(spark):
+    """spark-submit --archives env.tar.gz#environment --conf
+    spark.pyspark.python=./environment/bin/python: the workers' interpreter is relative to each
+    executor's working directory; the driver, which plans the source, has none there."""
+    context = spark.sparkContext
+    workers, shipped = context.pythonExec, "./shipped-environment/bin/python"
+    assert spark.conf.get(WORKER_PYTHON_CONF, None) is None
+    context.pythonExec = shipped
+    try:
+        # Local mode's executors have no shipped environment either: give them this Python.
+        spark.conf.set(WORKER_PYTHON_CONF, sys.executable)
+        register_data_source(spark, MemorySource, filter_pushdown=False)
+        assert context.pythonExec == shipped
+        rows = spark.read.format("memory_source").load().collect()
+        assert sorted((r.id, r.name) for r in rows) == [(i, f"n{i}") for i in range(12)]
+        # Unless told otherwise, the executors' workers keep the shipped interpreter.
+        spark.conf.unset(WORKER_PYTHON_CONF)
+        register_data_source(spark, MemorySource, filter_pushdown=False)
+        assert spark.conf.get(WORKER_PYTHON_CONF) == shipped
+    finally:
+        context.pythonExec = workers
+        spark.conf.unset(WORKER_PYTHON_CONF)
