@@ -26,6 +26,8 @@
     │                                  reading the destination, never retry blindly
     ├── CheckpointResetError           a fresh checkpoint reuses an app id the table already knows
     ├── StagingError                   writing staged data failed (task side)
+    │   └── RowCountMismatchError      the rows a batch would commit differ from the rows its
+    │                                  write job wrote; raised before the commit, nothing committed
     └── DeliveryError                  delivery to an at-least-once destination failed; raised to
         │                              the job for a fatal rejection or an exhausted retry budget
         ├── RetryableDeliveryError     raised by a destination writer: the request may succeed if
@@ -61,6 +63,7 @@ __all__ = [
     "RecordTooLargeError",
     "RetriesExhaustedError",
     "RetryableDeliveryError",
+    "RowCountMismatchError",
     "SchemaMismatchError",
     "SinkError",
     "StagingError",
@@ -152,6 +155,13 @@ class CheckpointResetError(SinkError):
 
 class StagingError(SinkError):
     """Staging data on a task failed."""
+
+
+class RowCountMismatchError(StagingError):
+    """The rows a batch (or a rewrite) would commit, summed over the record counts of its
+    files, differ from the rows its write job wrote, counted as the job wrote them: a staged
+    file was lost, counted twice or cut short between the write and the commit. Raised before
+    the commit: nothing is committed and the batch's staged files are deleted."""
 
 
 class DeliveryError(SinkError):

@@ -16,7 +16,11 @@ each group becomes one file:
 * the rows are written with the sink's Parquet settings (the layout's file schema, INT64
   timestamps, footer statistics, stats collected from the rows as the Python staging writer
   does) into ``<directory>/<partition dirs>/part-<group>-<uuid>.<codec>.parquet``;
-* the partition values are the exact strings the log stores for the group.
+* the partition values are the exact strings the log stores for the group;
+* each group's task counts the rows it reads, the rows the filter drops and the rows it
+  writes (:class:`GroupOutcome`); :func:`check_rows` holds the files to those counts: the
+  files hold exactly the rows written, and those are the rows read less the rows dropped
+  (``RowCountMismatchError`` otherwise).
 
 The caller names ``directory`` in a staging manifest before any task starts, so a failed or
 killed rewrite's files are found and deleted exactly as those of Spark's writer.
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from committers.delta._committable import StagedFile
+from committers.delta._committable import StagedFile, logged_records
 from committers.delta._options import WriterOptions
 from committers.delta._rules import FileLayout
 from committers.delta._schema import partition_dir, serialize_partition_value
@@ -43,6 +47,7 @@ from committers.delta._snapshot import Snapshot
 from committers.delta._source import DeltaFileReader, spell_partition_value
 from committers.delta._stats import FileStatsCollector
 from committers.delta._writer import parquet_writer
+from framework._row_count import check_row_count
 from framework.errors import SinkError, StagingError
 from framework.source import FileSplit
 
@@ -50,9 +55,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "GroupOutcome",
     "GroupRewriter",
     "GroupToRewrite",
+    "Rewritten",
     "RowFilter",
+    "check_rows",
     "file_group",
     "in_tasks",
     "rewrite_groups",
@@ -99,6 +107,54 @@ def file_group(index: int, path: str, size: int, partition: Mapping[str, Any]) -
     )
 
 
+@dataclass(frozen=True)
+class GroupOutcome:
+    """One group's rewrite, from its task: the file written (``None``: no row kept) and the
+    rows the task read, dropped (by the row filter) and wrote, as it counted them."""
+
+    file: StagedFile | None
+    rows_read: int
+    rows_dropped: int
+    rows_written: int
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """What a rewrite staged: its files (one per group that kept a row, in no order) and the
+    rows its tasks read, dropped and wrote."""
+
+    files: list[StagedFile]
+    rows_read: int = 0
+    rows_dropped: int = 0
+    rows_written: int = 0
+
+
+def check_rows(what: str, outcomes: list[GroupOutcome]) -> Rewritten:
+    """The rewrite of ``outcomes`` (``what`` names it in messages), once its files hold
+    exactly the rows its tasks wrote, and those are the rows read less the rows dropped.
+
+    Raises:
+        RowCountMismatchError: naming both numbers.
+    """
+    rewritten = Rewritten(
+        files=[o.file for o in outcomes if o.file is not None],
+        rows_read=sum(o.rows_read for o in outcomes),
+        rows_dropped=sum(o.rows_dropped for o in outcomes),
+        rows_written=sum(o.rows_written for o in outcomes),
+    )
+    check_row_count(
+        what,
+        written=rewritten.rows_written,
+        committed=sum(logged_records(f) for f in rewritten.files),
+    )
+    check_row_count(
+        f"{what}, keeping {rewritten.rows_read} rows read less {rewritten.rows_dropped} dropped,",
+        written=rewritten.rows_written,
+        committed=rewritten.rows_read - rewritten.rows_dropped,
+    )
+    return rewritten
+
+
 def rewrite_groups(
     spark: SparkSession,
     snapshot: Snapshot,
@@ -109,19 +165,21 @@ def rewrite_groups(
     *,
     operation: str = "compaction",
     row_filter: RowFilter | None = None,
-) -> list[StagedFile]:
+) -> Rewritten:
     """Rewrite each group as one file under ``directory`` (relative to the table root), in
     Spark tasks each rewriting whole groups; the staged files, one per group that keeps a row
-    (none is written for a group without rows), in no order. ``row_filter`` (run in the
-    tasks, on up to a row group of rows at a time) keeps the rows it returns; errors name
-    ``operation``.
+    (none is written for a group without rows), in no order, and the rows counted.
+    ``row_filter`` (run in the tasks, on up to a row group of rows at a time) keeps the rows
+    it returns; errors name ``operation``.
 
     Raises:
+        RowCountMismatchError: see :func:`check_rows`.
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files
             already written stay under ``directory`` for the caller's clean-up.
     """
-    rewrite = GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
-    return [f for f in in_tasks(spark, groups, rewrite) if f is not None]
+    rewriter = GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
+    outcomes = in_tasks(spark, groups, rewriter.rewrite)
+    return check_rows(f"{operation} of {snapshot.location.uri} (staged in {directory})", outcomes)
 
 
 def in_tasks(
@@ -179,7 +237,7 @@ def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]
 
 class GroupRewriter:
     """Rewrites one group as one file (see the module docstring); pickles to the Python
-    workers. Calling it gives the staged file, or ``None`` when no row is kept."""
+    workers."""
 
     def __init__(
         self,
@@ -197,17 +255,13 @@ class GroupRewriter:
         self._operation = operation
         self._row_filter = row_filter
 
-    def __call__(self, group: GroupToRewrite) -> StagedFile | None:
-        return self.rewrite(group)[0]
-
-    def rewrite(self, group: GroupToRewrite) -> tuple[StagedFile | None, int]:
-        """The staged file (``None`` when no row is kept) and the rows read from the group's
-        files, before the row filter."""
-        read = [0]
-        tables = self._row_groups(group, read)
+    def rewrite(self, group: GroupToRewrite) -> GroupOutcome:
+        """The staged file (``None`` when no row is kept) and the rows counted."""
+        counted = _Counted()
+        tables = self._row_groups(group, counted)
         first = next(tables, None)
         if first is None:  # empty files only, or every row filtered out
-            return None, read[0]
+            return GroupOutcome(None, counted.read, counted.dropped, 0)
         location = self._snapshot.location
         schema = self._layout.file_schema
         values = dict(group.partition_values)
@@ -219,12 +273,14 @@ class GroupRewriter:
         if location.is_local:
             fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
         stats = FileStatsCollector(schema)
+        written = 0
         try:
             with fs.open(full, "wb") as stream:
                 writer = parquet_writer(stream, schema, self._options.compression)
                 for table in itertools.chain([first], tables):
                     stats.observe(table)
                     writer.write_table(table, row_group_size=table.num_rows)
+                    written += table.num_rows
                 writer.close()
                 size = stream.tell()
         except OSError as err:
@@ -238,11 +294,11 @@ class GroupRewriter:
             stats=stats.to_json(metadata),
             modification_time=int(time.time() * 1000),
         )
-        return staged, read[0]
+        return GroupOutcome(staged, counted.read, counted.dropped, written)
 
-    def _row_groups(self, group: GroupToRewrite, read: list[int]) -> Iterator[pa.Table]:
+    def _row_groups(self, group: GroupToRewrite, counted: _Counted) -> Iterator[pa.Table]:
         """The group's rows (those the filter keeps) as tables of the file schema, each up to
-        one row group; no empty table. ``read[0]`` counts the rows read."""
+        one row group; no empty table. Counts the rows read and dropped into ``counted``."""
         reader = DeltaFileReader(self._snapshot)
         values = dict(group.read_values)
         pending: list[pa.RecordBatch] = []
@@ -252,7 +308,7 @@ class GroupRewriter:
                 split = FileSplit(path=path, size_bytes=file_size, partition_values=values)
                 for batch in reader(split):
                     pending.append(batch)
-                    read[0] += batch.num_rows
+                    counted.read += batch.num_rows
                     rows += batch.num_rows
                     size += batch.nbytes
                     # Small files make small batches: buffered up to one row group.
@@ -260,7 +316,7 @@ class GroupRewriter:
                         rows >= self._options.row_group_rows
                         or size >= self._options.row_group_bytes
                     ):
-                        yield from self._kept(pending)
+                        yield from self._kept(pending, counted)
                         pending, rows, size = [], 0, 0
             except (OSError, pa.ArrowException) as err:
                 raise StagingError(
@@ -268,16 +324,26 @@ class GroupRewriter:
                     f"({type(err).__name__}: {err}); nothing was committed. The file may have "
                     "been deleted (VACUUM) or damaged since it was committed."
                 ) from err
-        yield from self._kept(pending)
+        yield from self._kept(pending, counted)
 
-    def _kept(self, batches: list[pa.RecordBatch]) -> Iterator[pa.Table]:
+    def _kept(self, batches: list[pa.RecordBatch], counted: _Counted) -> Iterator[pa.Table]:
         """``batches`` (of the logical schema) filtered and cast to the file schema, if any row
         remains. (Filtered a row group at a time: a filter may cost per call.)"""
         if not batches:
             return
         table: Any = pa.Table.from_batches(batches)
         if self._row_filter is not None:
+            before = table.num_rows
             table = self._row_filter(table)
+            counted.dropped += before - table.num_rows
         if table.num_rows:
             schema = self._layout.file_schema
             yield table.select(schema.names).cast(schema)
+
+
+@dataclass
+class _Counted:
+    """Rows one group's task read and dropped so far."""
+
+    read: int = 0
+    dropped: int = 0

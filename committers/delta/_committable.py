@@ -16,6 +16,7 @@ __all__ = [
     "StagedFile",
     "StagedFileSerializer",
     "StagedRewrite",
+    "logged_records",
 ]
 
 
@@ -40,6 +41,16 @@ class StagedFile:
     stats: str
     modification_time: int
     task_attempt_id: int = -1
+
+
+def logged_records(staged: StagedFile) -> int:
+    """The rows the add action of ``staged`` records, as readers count them: its stats'
+    ``numRecords`` (0 when the stats carry none: ``DeltaTable.count()`` then counts none)."""
+    try:
+        records = json.loads(staged.stats).get("numRecords")
+    except (TypeError, ValueError, AttributeError):
+        records = None
+    return int(records) if isinstance(records, int) else 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,7 +40,13 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from committers.delta._committable import DeltaCommittable, Rewrite, StagedFile, StagedRewrite
+from committers.delta._committable import (
+    DeltaCommittable,
+    Rewrite,
+    StagedFile,
+    StagedRewrite,
+    logged_records,
+)
 from committers.delta._options import Staging, WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._replace_rewrite import replace_rows
@@ -238,6 +244,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             "writer's rows; give each query its own app_id, or stop the other query (a new "
             "checkpoint is a new query)."
         )
+
+    def committed_rows(self, committables: list[StagedFile]) -> int:
+        """The rows the add actions of ``committables`` record (``numRecords`` of their
+        stats, what readers count)."""
+        return sum(logged_records(f) for f in committables)
 
     def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:
         """One committable of the epoch's files; an upsert's staging (a

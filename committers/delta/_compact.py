@@ -12,9 +12,11 @@
    shuffle partition per group, and
    :class:`~committers.delta._spark_staging.SparkParquetStager` writes the rows (INT64
    timestamps, footer stats, Spark's commit protocol dropping failed attempts). Either way the
-   partition values are carried as the exact strings the log stores for the group, and the
-   rows written are then counted per partition against the stats of the files they replace;
-   any difference fails the compaction.
+   partition values are carried as the exact strings the log stores for the group; the files
+   collected must hold exactly the rows the job wrote, as it counted them (a Spark
+   observation, or the Python tasks' own counts), and the rows written are then counted per
+   partition against the stats of the files they replace (rows in == rows out); any
+   difference fails the compaction with ``RowCountMismatchError``.
 3. **Commit** (driver), on a fresh snapshot each attempt: if every file to remove is still
    live and the table's layout and features are unchanged, commit removes + adds with
    ``max_commit_retries=0``, so delta-rs writes exactly the next version or fails. A
@@ -57,7 +59,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
-from committers.delta._committable import StagedFile
+from committers.delta._committable import StagedFile, logged_records
 from committers.delta._committer import _remove_empty_staging_dirs
 from committers.delta._delta_schema import parse_arrow_schema, quote, spark_type, walk
 from committers.delta._options import Staging, WriterOptions, check_staging
@@ -82,8 +84,8 @@ from framework.errors import (
     CommitStateUnknownError,
     ConfigurationError,
     NotATableError,
+    RowCountMismatchError,
     SinkError,
-    StagingError,
 )
 from framework.sink import Epoch
 from framework.spark._files import parquet_files
@@ -220,7 +222,9 @@ def compact_table(
         CommitConflictError: every commit attempt lost a race; nothing committed.
         CommitStateUnknownError: the commit's outcome could not be established; the written
             files are kept (``remove_orphan_files`` reclaims them if it did not land).
-        StagingError: the rewrite failed or did not reproduce the rows; nothing committed.
+        StagingError: the rewrite failed; nothing committed. Its subclass
+            RowCountMismatchError: the rewrite did not reproduce the rows (the files to add
+            hold other than the rows written, or than the rows of the files they replace).
     """
     target = _check_target_file_size(target_file_size)
     check_staging(staging)
@@ -648,7 +652,7 @@ def _rewrite_with_arrow(
         for index, group in enumerate(groups)
     ]
     with _rewriting(spark, location, "Python tasks"):
-        staged = rewrite_groups(spark, snapshot, layout, work, options, directory)
+        staged = rewrite_groups(spark, snapshot, layout, work, options, directory).files
     _check_rows(location.uri, groups, staged, layout)
     return staged
 
@@ -707,29 +711,34 @@ def _read_schema(layout: FileLayout) -> str:
 def _check_rows(
     uri: str, groups: list[_Group], staged: list[StagedFile], layout: FileLayout
 ) -> None:
-    """Every partition got back exactly the rows its compacted files held.
+    """Every partition got back exactly the rows its compacted files held (rows in, from
+    their stats in the log, == rows out, the record counts of the files to add).
 
     Raises:
-        StagingError: a file was not read, a row landed in another partition, or rows were
-            lost or doubled (e.g. ``spark.sql.files.ignoreMissingFiles`` skipped a file).
+        RowCountMismatchError: a file was not read, a row landed in another partition, or
+            rows were lost or doubled (e.g. ``spark.sql.files.ignoreMissingFiles`` skipped a
+            file).
     """
     expected: dict[tuple[str | None, ...], int] = defaultdict(int)
     for group in groups:
         expected[group.partition] += group.records
     written: dict[tuple[str | None, ...], int] = defaultdict(int)
     for f in staged:
-        written[tuple(f.partition_values.get(c) for c in layout.partition_columns)] += f.num_records
+        values = tuple(f.partition_values.get(c) for c in layout.partition_columns)
+        written[values] += logged_records(f)
     if dict(written) != dict(expected):
         differences = {
             p: (expected.get(p, 0), written.get(p, 0))
             for p in set(expected) | set(written)
             if expected.get(p, 0) != written.get(p, 0)
         }
-        raise StagingError(
-            f"compaction of {uri} did not reproduce the rows of the files it rewrote (partition "
-            f"-> (rows expected, rows written): {dict(list(differences.items())[:5])}); "
-            "nothing was committed. A file may have been deleted while it was read (VACUUM) "
-            "or skipped by spark.sql.files.ignoreMissingFiles / ignoreCorruptFiles."
+        raise RowCountMismatchError(
+            f"compaction of {uri} did not reproduce the rows of the files it rewrote: it would "
+            f"commit {sum(written.values())} rows where they held {sum(expected.values())} "
+            f"(partition -> (rows in, rows out): {dict(list(differences.items())[:5])}); "
+            "nothing was committed. A file may have "
+            "been deleted while it was read (VACUUM) or skipped by "
+            "spark.sql.files.ignoreMissingFiles / ignoreCorruptFiles."
         )
 
 

@@ -20,10 +20,10 @@ name the format's own options (``.option("mergeSchema", "true")``, ``partitionBy
 
 Spark hands a Python data source its rows as they are, so the rules :class:`DeltaSink` runs
 as Spark SQL under ``TwoPhaseSink`` are checked here in Arrow instead: NOT NULL columns,
-partition values Delta cannot spell (``''``, years outside 1..9999) and ``replaceWhere``
-coverage. Tables with rules that need SQL (CHECK constraints, generated columns, invariants,
-NOT NULL nested fields) or column mapping are refused before anything is written, with the
-way to write them (``TwoPhaseSink``).
+partition values Delta cannot keep (``''``, ``__HIVE_DEFAULT_PARTITION__``, years outside
+1..9999) and ``replaceWhere`` coverage. Tables with rules that need SQL (CHECK constraints,
+generated columns, invariants, NOT NULL nested fields) or column mapping are refused before
+anything is written, with the way to write them (``TwoPhaseSink``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from committers.delta._delta_schema import ArrayType, DeltaField, MapType, Struc
 from committers.delta._format import FORMAT_NAME
 from committers.delta._replace_where import ReplaceWhere
 from committers.delta._rules import _MAX_MICROS, _MIN_MICROS, TableShape
-from committers.delta._schema import FORMAT_SPELLING
+from committers.delta._schema import FORMAT_SPELLING, HIVE_NULL
 from committers.delta._sink import DeltaSink
 from committers.delta._storage import TableLocation
 from framework.errors import (
@@ -304,6 +304,13 @@ def _check_partition_values(name: str, delta_type: object, column: pa.Array) -> 
             raise ConstraintViolationError(
                 f"partition column {name!r} must not hold an empty string (Delta stores '' as "
                 "null). Write NULL, or a non-empty value such as a placeholder."
+            )
+        if pc.any(pc.equal(column, HIVE_NULL)).as_py():
+            raise ConstraintViolationError(
+                f"partition column {name!r} must not hold the string {HIVE_NULL!r} (the "
+                "directory name of a null partition value: Spark's writer, delta-spark and "
+                "readers of Hive-style directories take it for null). Write NULL, or another "
+                "placeholder value."
             )
         return
     if delta_type == "timestamp":

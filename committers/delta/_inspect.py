@@ -500,8 +500,8 @@ def _staged_leftovers(location: TableLocation, table: DeltaTable, now: float) ->
             with contextlib.suppress(FileNotFoundError):
                 for named in read_manifest(location, location.path(relative)).files:
                     owners.setdefault(named, owner)
-    partitions = table.metadata().partition_columns
-    data = {r for r in listing if is_data_file_candidate(r, partitions) or r in owners}
+    partition_by = table.metadata().partition_columns
+    data = {r for r in listing if is_data_file_candidate(r, partition_by) or r in owners}
     for relative in sorted(data - _referenced(location, table, data)):
         if relative in owners:
             entries.append(_leftover(relative, "staged", listing[relative], now, owners[relative]))

@@ -40,8 +40,10 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from committers.delta._arrow_rewrite import (
+    GroupOutcome,
     GroupRewriter,
     GroupToRewrite,
+    check_rows,
     file_group,
     in_tasks,
     rewriting,
@@ -62,7 +64,7 @@ from committers.delta._spark_staging import (
 from committers.delta._staging import write_manifest
 from committers.delta._storage import TableLocation
 from committers.delta._table import removal_path
-from framework.errors import StagingError
+from framework.errors import RowCountMismatchError, StagingError
 from framework.sink import Epoch, InputPlan, PlannedColumn
 
 if TYPE_CHECKING:
@@ -113,13 +115,13 @@ class _KeepUnmatched:
 
 @dataclass(frozen=True)
 class _RewriteFile:
-    """A task's work on one candidate: (its index, rows read, the file of its kept rows)."""
+    """A task's work on one candidate: (its index, its rewrite: the file of its kept rows and
+    the rows counted)."""
 
     rewriter: GroupRewriter
 
-    def __call__(self, group: GroupToRewrite) -> tuple[int, int, StagedFile | None]:
-        staged, read = self.rewriter.rewrite(group)
-        return group.index, read, staged
+    def __call__(self, group: GroupToRewrite) -> tuple[int, GroupOutcome]:
+        return group.index, self.rewriter.rewrite(group)
 
 
 def replace_rows(
@@ -145,8 +147,10 @@ def replace_rows(
     Raises:
         UnsupportedTableFeatureError: a candidate's logged path cannot be removed exactly (or,
             for Spark, read by its path).
-        StagingError: a candidate held another number of rows than its log entry says, or
-            the rewrite failed; its files are left for the epoch's clean-up.
+        RowCountMismatchError: a candidate held another number of rows than its log entry
+            says, or the files written do not hold the rows the rewrite wrote; its files are
+            left for the epoch's clean-up.
+        StagingError: the rewrite failed; its files are left for the epoch's clean-up.
     """
     read_version = table.version()
     shape = TableShape.of_table(table)
@@ -212,15 +216,15 @@ def _rewrite(
     """The :class:`Rewrite` of the candidates, given (rows read, rows matched) per candidate.
 
     Raises:
-        StagingError: a candidate was read with another number of rows than its log entry
-            says (deleted or replaced underneath, or skipped by the reader).
+        RowCountMismatchError: a candidate was read with another number of rows than its log
+            entry says (deleted or replaced underneath, or skipped by the reader).
     """
     replaced, unchanged = [], []
     copied = deleted = 0
     for index, candidate in enumerate(candidates):
         rows, matched = counts.get(index, (0, 0))
         if candidate.records is not None and rows != candidate.records:
-            raise StagingError(
+            raise RowCountMismatchError(
                 f"the overwrite of {uri} read {rows} rows of {candidate.path!r} where the log "
                 f"records {candidate.records}; nothing was committed. The file may have been "
                 "deleted or damaged (a VACUUM with too short a retention), or skipped by "
@@ -271,12 +275,14 @@ def _with_arrow(
         failure = f"the overwrite of {location.uri} failed while Python tasks rewrote its files"
         with rewriting(session, failure):
             results = in_tasks(session, groups, work)
+    check_rows(
+        f"the overwrite of {location.uri} (rewritten in {directory})", [o for _, o in results]
+    )
     staged, counts = [], {}
-    for index, read, kept in results:
-        kept_rows = 0 if kept is None else kept.num_records
-        counts[index] = (read, read - kept_rows)
-        if kept is not None and read > kept_rows:  # (a copy without a match stays uncommitted)
-            staged.append(kept)
+    for index, outcome in results:
+        counts[index] = (outcome.rows_read, outcome.rows_dropped)
+        if outcome.file is not None and outcome.rows_dropped:  # (a copy without a match
+            staged.append(outcome.file)  # stays uncommitted)
     return staged, counts
 
 
@@ -289,8 +295,9 @@ def _with_spark(
     Raises:
         UnsupportedTableFeatureError: a candidate's path holds characters Spark's reader
             would expand as a pattern.
-        StagingError: Spark read a file it was not asked to, or wrote another number of rows
-            than the rewritten files keep.
+        StagingError: Spark read a file it was not asked to.
+        RowCountMismatchError: Spark wrote another number of rows than the rewritten files
+            keep.
     """
     from pyspark.sql import functions as F
 
@@ -332,7 +339,7 @@ def _with_spark(
         staged, rows = stager.stage(shaped, job.epoch)
     expected = sum(counts[i][0] - counts[i][1] for i in touched)
     if rows != expected:
-        raise StagingError(
+        raise RowCountMismatchError(
             f"the overwrite of {location.uri} wrote {rows} rows where the files it rewrites "
             f"keep {expected}; nothing was committed. A file may have been deleted while it "
             "was read (VACUUM)."

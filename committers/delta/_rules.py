@@ -38,6 +38,7 @@ from committers.delta._delta_schema import (
 )
 from committers.delta._protocol import TableFeatures
 from committers.delta._schema import (
+    HIVE_NULL,
     SINK_SPELLING,
     OptionSpelling,
     SchemaMode,
@@ -286,9 +287,7 @@ def _checks(shape: TableShape, given: Mapping[str, pa.Field]) -> list[RowCheck]:
             )
         )
     for name in shape.partition_by:
-        check = _partition_value_check(name, shape.schema.field(name).type, shown)
-        if check is not None:
-            checks.append(check)
+        checks.extend(_partition_value_checks(name, shape.schema.field(name).type, shown))
     return checks
 
 
@@ -307,34 +306,49 @@ def _non_null_rules(f: DeltaField, column: str) -> list[tuple[str, str]]:
     return rules
 
 
-def _partition_value_check(
+def _partition_value_checks(
     name: str, delta_type: object, shown: tuple[str, ...]
-) -> RowCheck | None:
-    """Partition values the log cannot spell: '' (read back as null), years outside 1..9999."""
+) -> list[RowCheck]:
+    """Partition values Delta cannot keep apart from null: '' (the log reads it back as null),
+    ``__HIVE_DEFAULT_PARTITION__`` (the directory name of null: Spark's writer and Hive-style
+    readers cannot tell them apart); years outside 1..9999, which it cannot spell."""
     column = quote(name)
     if delta_type == "string":
-        return RowCheck(
-            error="ConstraintViolationError",
-            rule=f"partition column {name!r} must not hold an empty string (Delta stores '' "
-            "as null)",
-            predicate=f"{column} IS NULL OR {column} <> ''",
-            shown=shown,
-            hint="Write NULL, or a non-empty value such as a placeholder.",
-        )
+        return [
+            RowCheck(
+                error="ConstraintViolationError",
+                rule=f"partition column {name!r} must not hold an empty string (Delta stores "
+                "'' as null)",
+                predicate=f"{column} IS NULL OR {column} <> ''",
+                shown=shown,
+                hint="Write NULL, or a non-empty value such as a placeholder.",
+            ),
+            RowCheck(
+                error="ConstraintViolationError",
+                rule=f"partition column {name!r} must not hold the string {HIVE_NULL!r} "
+                "(the directory name of a null partition value: Spark's writer, delta-spark "
+                "and readers of Hive-style directories take it for null)",
+                predicate=f"{column} IS NULL OR {column} <> '{HIVE_NULL}'",
+                shown=shown,
+                hint="Write NULL, or another placeholder value.",
+            ),
+        ]
     if delta_type == "timestamp":
         micros = f"unix_micros({column})"
         predicate = f"{column} IS NULL OR {micros} BETWEEN {_MIN_MICROS} AND {_MAX_MICROS}"
     elif delta_type in ("date", "timestamp_ntz"):
         predicate = f"{column} IS NULL OR year({column}) BETWEEN 1 AND 9999"
     else:
-        return None
-    return RowCheck(
-        error="ConstraintViolationError",
-        rule=f"partition column {name!r} must hold a year between 1 and 9999",
-        predicate=predicate,
-        shown=shown,
-        hint="Delta spells partition values with four-digit years; filter or clamp the value.",
-    )
+        return []
+    return [
+        RowCheck(
+            error="ConstraintViolationError",
+            rule=f"partition column {name!r} must hold a year between 1 and 9999",
+            predicate=predicate,
+            shown=shown,
+            hint="Delta spells partition values with four-digit years; filter or clamp the value.",
+        )
+    ]
 
 
 def _output(shape: TableShape) -> tuple[tuple[PlannedColumn, ...], FileLayout]:

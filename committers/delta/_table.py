@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from committers.delta._schema import hive_escape
 from committers.delta._staging import STAGING_DIR, read_manifest
 from committers.delta._storage import TableLocation
 from framework.errors import (
@@ -330,16 +329,19 @@ def removal_path(logged: str) -> str | None:
     return decoded if delta_rs_path(decoded) == logged else None
 
 
-def is_data_file_candidate(relative: str, partition_columns: Sequence[str] = ()) -> bool:
-    """Whether clean-ups consider the file at ``relative`` (to the table root) as data: a
-    Parquet file outside the log and other ``_``/``.`` directories, the Hive partition
-    directories of ``partition_columns`` excepted (``_x=1/`` of a column ``_x``)."""
+def is_data_file_candidate(relative: str, partition_by: Sequence[str] = ()) -> bool:
+    """Whether ``remove_orphan_files`` considers the file at ``relative`` (to the table root)
+    as data: a Parquet file outside the log and the other hidden (``_``/``.``) directories of
+    the table root. As in delta-spark's VACUUM, a directory of a partition column
+    (``<column>=...``, of ``partition_by``) is never hidden, whatever its name starts with:
+    the files under ``_2=a/`` of a table partitioned by ``_2`` are data."""
     if not relative.endswith(".parquet"):
         return False
-    top = relative.split("/", 1)[0]
+    top, _, below = relative.partition("/")
     if not top.startswith((".", "_")):
         return True
-    return any(top.startswith(f"{hive_escape(column)}=") for column in partition_columns)
+    column, is_partition_directory, _ = top.partition("=")
+    return bool(below and is_partition_directory) and unquote(column) in partition_by
 
 
 @dataclass(frozen=True)
@@ -402,12 +404,12 @@ def remove_orphan_files(
     """Delete files under the table root that no table version references and that are older
     than ``retention_seconds``; return their relative paths.
 
-    Considered: Parquet data files outside ``_delta_log`` and hidden directories (the table's
-    own partition directories excepted), and our staging manifests. Never deleted: any file
-    named by a commit or checkpoint still in the log (added or tombstoned), any other kind of
-    file (the log, deletion vectors, files that are not the table's), files younger than the
-    retention, and files listed by a staging manifest younger than the retention (a writer may
-    still be about to commit them).
+    Considered: Parquet data files outside ``_delta_log`` and hidden directories (a partition
+    directory is not hidden, even ``_2=a/``), and our staging manifests. Never deleted: any
+    file named by a commit or checkpoint still in the log (added or tombstoned), any other kind
+    of file (the log, deletion vectors, files that are not the table's), files younger than
+    the retention, and files listed by a staging manifest younger than the retention (a writer
+    may still be about to commit them).
 
     Raises:
         ConfigurationError: retention shorter than an hour without the explicit override; a short

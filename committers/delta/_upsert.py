@@ -70,13 +70,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from committers.delta._arrow_rewrite import GroupToRewrite, rewrite_groups
-from committers.delta._committable import ReplacedFile, Rewrite, StagedFile, StagedRewrite
+from committers.delta._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
+from committers.delta._committable import ReplacedFile, Rewrite, StagedRewrite
 from committers.delta._delta_schema import DeltaField, arrow_type, quote, spark_type, walk
 from committers.delta._options import Staging, WriterOptions
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._rules import TableShape, WritePlan
-from committers.delta._schema import SchemaMode, serialize_partition_value
+from committers.delta._schema import HIVE_NULL, SchemaMode, serialize_partition_value
 from committers.delta._snapshot import Snapshot, reader_features
 from committers.delta._source import spell_partition_value
 from committers.delta._spark_staging import (
@@ -99,6 +99,7 @@ from framework.errors import (
     CommitConflictError,
     ConfigurationError,
     ConstraintViolationError,
+    RowCountMismatchError,
     SchemaMismatchError,
     StagingError,
     UnsupportedTypeError,
@@ -670,11 +671,12 @@ class UpsertStager:
                 (raised in a Spark task).
             UnsupportedTableFeatureError: a file that may hold a key cannot be read or removed
                 exactly (its logged path).
-            StagingError: the rewrite did not reproduce the rows it should have.
+            RowCountMismatchError: the files staged do not hold the rows the jobs wrote, or
+                those are not the touched files' kept rows plus the batch's new rows.
         """
-        staged = self._run(df, epoch)
+        staged, written = self._run(df, epoch)
         staged.redo = lambda: self._redo(df, epoch)
-        return staged, sum(f.num_records for f in staged)
+        return staged, written
 
     def _redo(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
         from framework.spark._errors import translate_task_error
@@ -684,7 +686,7 @@ class UpsertStager:
         group: str | None = None
         try:
             with staging_job_group(df) as group:
-                return self._run(df, again)
+                return self._run(df, again)[0]  # (its rows checked as the first run's)
         except Exception as err:
             wait_for_tasks_to_end(df, group)  # no late file may follow the clean-up
             translated = translate_task_error(err)
@@ -692,7 +694,7 @@ class UpsertStager:
                 raise
             raise translated from err
 
-    def _run(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
+    def _run(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
         table = open_table(self._location)  # snapshot V (None: the commit creates the table)
         read_version = None if table is None else table.version()
         checked = self._checked(df).persist()
@@ -927,6 +929,32 @@ class UpsertStager:
                     "wrote it (e.g. delta-rs's optimize.compact())."
                 )
 
+    def _check_spark_keeps_values(self, touched: list[_LiveFile], actions: pa.Table) -> None:
+        """Spark's writer can carry every partition value of the touched files over to their
+        kept rows: it names the directory of NULL ``__HIVE_DEFAULT_PARTITION__`` and reads
+        that name back as NULL, so a string partition value spelled so would turn into NULL.
+
+        Raises:
+            UnsupportedTableFeatureError: naming the first file holding such a value.
+        """
+        strings = [f.name for f in self._plan.shape.schema.fields if f.type == "string"]
+        columns = [c for c in self._plan.shape.partition_by if c in strings]
+        if not columns:
+            return
+        values = actions.take([f.index for f in touched]).column("partition").combine_chunks()
+        for column in columns:
+            held = values.field(column).to_pylist()
+            if HIVE_NULL in held:
+                f = touched[held.index(HIVE_NULL)]
+                raise UnsupportedTableFeatureError(
+                    f"mode='upsert' cannot rewrite file {f.logged_path!r} of "
+                    f"{self._location.uri} with Spark's writer: its partition column "
+                    f"{column!r} holds the string {HIVE_NULL!r}, the directory name Spark's "
+                    "writer gives NULL, so the rows it keeps would come back as NULL. Nothing "
+                    "was committed. Use staging='auto' with batches of at most "
+                    f"{PRUNE_KEYS_LIMIT} keys (Python tasks keep the rows with their value)."
+                )
+
     # -- 3. touched files, 4. rewrite ------------------------------------------------------
 
     def _rewrite(
@@ -937,7 +965,8 @@ class UpsertStager:
         latest: DataFrame,
         batch: tuple[_BatchKeys, int, int],
         epoch: Epoch,
-    ) -> StagedRewrite:
+    ) -> tuple[StagedRewrite, int]:
+        """The batch's staging and the rows its jobs wrote (counted as they wrote them)."""
         from pyspark.sql import functions as F
 
         keys, changes, upserts = batch
@@ -973,7 +1002,7 @@ class UpsertStager:
         rewrite = Rewrite(read_version=read_version, replaced=replaced, keys=self._upsert.keys)
         if not touched and not upserts:  # nothing to write: a commit of the txn alone
             metrics.update(numTargetFilesAdded=0, numTargetRowsCopied=0)
-            return StagedRewrite([], rewrite=dataclasses.replace(rewrite, metrics=metrics))
+            return StagedRewrite([], rewrite=dataclasses.replace(rewrite, metrics=metrics)), 0
         stager = SparkParquetStager(
             self._location, self._plan.layout, self._options, self._bytes_per_row
         )
@@ -984,6 +1013,7 @@ class UpsertStager:
         drop = self._keys_to_drop(keys) if touched else None
         if touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
+            self._check_spark_keeps_values(touched, actions)
             kept = self._kept_rows(session, touched, actions, batch_changes())
             staged, rows = stager.stage(new_rows().union(kept), epoch)
         elif drop is None:  # no file touched: the new rows only
@@ -994,25 +1024,28 @@ class UpsertStager:
             stager.write_manifest(epoch, also_owned=(kept_directory,))
             with _in_parallel(
                 lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
-            ) as kept_files:  # (the new rows are planned while the tasks run)
+            ) as kept_rewrite:  # (the new rows are planned while the tasks run)
                 staged, rows = ([], 0)
                 if upserts:
                     staged, rows = stager.write(new_rows(), epoch)
-            staged += kept_files()
-            rows += sum(f.num_records for f in kept_files())
+            rewritten = kept_rewrite()
+            staged += rewritten.files
+            rows += rewritten.rows_written
         matched_rows = sum(matched.values())
         if all(f.records is not None for f in touched):
             copied = sum(f.records or 0 for f in touched) - matched_rows
             if rows != copied + upserts:
-                raise StagingError(
+                raise RowCountMismatchError(
                     f"the upsert into {self._location.uri} wrote {rows} rows where the files it "
-                    f"rewrites keep {copied} and the batch adds {upserts}; nothing was "
-                    "committed. A file may have been deleted while it was read (VACUUM) or "
-                    "skipped by spark.sql.files.ignoreMissingFiles / ignoreCorruptFiles."
+                    f"rewrites keep {copied} and the batch adds {upserts} ({copied + upserts}); "
+                    "nothing was committed. A file may have been deleted while it was read "
+                    "(VACUUM) or skipped by spark.sql.files.ignoreMissingFiles / "
+                    "ignoreCorruptFiles."
                 )
             metrics["numTargetRowsCopied"] = copied
         metrics["numTargetFilesAdded"] = len(staged)
-        return StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
+        staging = StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
+        return staging, rows
 
     def _new_rows(
         self,
@@ -1283,7 +1316,7 @@ class UpsertStager:
         actions: pa.Table,
         drop: KeysToDrop,
         directory: str,
-    ) -> list[StagedFile]:
+    ) -> Rewritten:
         """The touched files' rows whose key the batch does not name, rewritten by Python
         tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
         partition_by = list(self._plan.shape.partition_by)
@@ -1363,7 +1396,7 @@ class UpsertStager:
 
 
 @contextlib.contextmanager
-def _in_parallel(work: Callable[[], list[StagedFile]]) -> Iterator[Callable[[], list[StagedFile]]]:
+def _in_parallel(work: Callable[[], Rewritten]) -> Iterator[Callable[[], Rewritten]]:
     """Run ``work`` (Spark jobs) in another thread while the body runs its own: Spark's
     scheduler then fills the cores the body's job leaves idle. Yields the way to ``work``'s
     result once the body is done (re-raising its error). The thread inherits this thread's
@@ -1371,7 +1404,7 @@ def _in_parallel(work: Callable[[], list[StagedFile]]) -> Iterator[Callable[[], 
     waits for ``work`` to end, so nothing it writes can follow the clean-up."""
     from pyspark.util import InheritableThread
 
-    outcome: list[list[StagedFile] | BaseException] = []
+    outcome: list[Rewritten | BaseException] = []
 
     def run() -> None:
         try:
@@ -1382,7 +1415,7 @@ def _in_parallel(work: Callable[[], list[StagedFile]]) -> Iterator[Callable[[], 
     thread = InheritableThread(run)
     thread.start()
 
-    def result() -> list[StagedFile]:
+    def result() -> Rewritten:
         done = outcome[0]
         if isinstance(done, BaseException):
             raise done

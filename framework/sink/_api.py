@@ -12,8 +12,9 @@ Guarantees by shape:
   -> at-least-once (the epoch boundary is the checkpoint).
 
 The engine guarantees the rest: it calls ``is_committed`` before staging an epoch, only hands the
-committables of successful task attempts to ``combine``, calls ``abort`` for an epoch it gives up
-on, and ``clean_up`` once an epoch is committed or skipped.
+committables of successful task attempts to ``combine`` (and only once the rows they hold,
+:meth:`GlobalCommitter.committed_rows`, are the rows its writers wrote), calls ``abort`` for an
+epoch it gives up on, and ``clean_up`` once an epoch is committed or skipped.
 """
 
 from __future__ import annotations
@@ -171,6 +172,14 @@ class GlobalCommitter(ABC, Generic[CommT, GlobalCommT]):
             ConcurrentWriterError: the epoch was committed by another instance sharing the
                 app id, so skipping it would lose this instance's data.
         """
+
+    def committed_rows(self, committables: list[CommT]) -> int | None:
+        """The rows that committing ``committables`` would add, as the destination will record
+        them (e.g. the sum of the files' record counts); ``None`` when it records no count.
+
+        Engines compare it with the rows their writers wrote, counted as they wrote them, and
+        fail the epoch before its commit on a difference (``RowCountMismatchError``)."""
+        return None
 
     @abstractmethod
     def combine(self, epoch: Epoch, committables: list[CommT]) -> GlobalCommT:

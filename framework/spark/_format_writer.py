@@ -9,10 +9,12 @@ tasks' commit messages carry, so the state that makes the commit exactly once li
 destination, keyed by the epoch:
 
 * tasks stage their rows with the sink's writer (the same code as ``TwoPhaseSink``'s tasks)
-  and return their committables in the commit message; a failed task attempt returns nothing;
+  and return their committables and the rows they wrote in the commit message; a failed task
+  attempt returns nothing;
 * ``commit`` asks the destination whether the epoch is already there (a replay after a crash,
-  a re-run with the same id): then it only cleans up; otherwise it commits the epoch's
-  committables in one transaction keyed by (app id, epoch id);
+  a re-run with the same id): then it only cleans up; otherwise, once the committables hold
+  exactly the rows the tasks wrote (``RowCountMismatchError`` if not), it commits them in one
+  transaction keyed by (app id, epoch id);
 * ``abort`` (a task failed for good, or the commit raised) deletes what was staged.
 
 A streaming write's epoch id is Spark's batch id, which tasks read from the local property
@@ -108,7 +110,14 @@ def _commit_or_skip(
             else [deserialize_versioned(serializer, c) for m in staged for c in m.committables]
         )
         crash_point("before_commit", epoch.epoch_id)
-        commit_epoch(sink, committer, epoch, committables, attempts=_COMMIT_ATTEMPTS)
+        commit_epoch(
+            sink,
+            committer,
+            epoch,
+            committables,
+            attempts=_COMMIT_ATTEMPTS,
+            written_rows=sum(m.rows for m in staged),
+        )
         crash_point("after_commit", epoch.epoch_id)
     except CommitStateUnknownError:
         raise  # leave the staged files: a re-run of the epoch reconciles and cleans up

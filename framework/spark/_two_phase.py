@@ -544,7 +544,14 @@ class TwoPhaseSink:
                     rows=rows,
                     counters=counters,
                 )
-            commit_epoch(self.sink, committer, epoch, committables, attempts=self.commit_attempts)
+            commit_epoch(
+                self.sink,
+                committer,
+                epoch,
+                committables,
+                attempts=self.commit_attempts,
+                written_rows=rows,
+            )
             crash_point("after_commit", epoch.epoch_id)
         except CommitStateUnknownError:
             raise  # leave staged files: the replay of this batch reconciles and cleans up
