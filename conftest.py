@@ -32,6 +32,7 @@ def _fetched_jars() -> tuple[list[str], str | None]:
     )
     assert spec is not None and spec.loader is not None
     jars = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = jars  # dataclasses look their module up there
     spec.loader.exec_module(jars)
     try:
         return [str(jar) for jar in jars.cached_jars(jars.installed_jar_set())], None
@@ -80,12 +81,12 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def delta_spark(spark):
+def delta_spark(request: pytest.FixtureRequest):
     """The session's ``spark``, for tests that run delta-spark in it: they fail (never skip)
     when its jars were not fetched."""
     if _JARS_MISSING:
         pytest.fail(f"delta-spark is not available: {_JARS_MISSING}", pytrace=False)
-    return spark
+    return request.getfixturevalue("spark")
 
 
 @pytest.fixture(scope="session")
