@@ -14,8 +14,13 @@ holds too, so the classpath never carries two versions of a class.
 Where: ``$SPARKSINK_JARS_DIR`` if set, else ``${XDG_CACHE_HOME:-~/.cache}/sparksink/jars/<key>``
 (outside the source tree), ``<key>`` naming pyspark's version, Scala, delta-spark and Hadoop.
 A directory is complete once its ``jars.txt`` lists its jars; a complete directory is reused
-without running Maven. A missing one is filled with Maven offline first (``mvn -o``: the local
-Maven repository, ``~/.m2``, already holds everything after one fetch), then online.
+without running Maven. A missing one is filled with Maven offline first (``mvn -o``), then
+online. Maven's local repository is one of our own, ``.../sparksink/maven-repository`` (Maven's
+settings, ``~/.m2/settings.xml`` with its mirrors and proxies, still apply): Maven leaves the
+poms of the versions it did not pick in its repository without their jars, and Spark's Ivy
+resolver (``--packages``) fails on such entries in ``~/.m2`` ("download failed"). The copied
+jars are hard links to the repository's files where the file system allows, so the 670 MiB are
+stored once.
 
 Failure: a missing Maven, an unreachable registry or a class clash exits with status 1 and a
 message saying what failed and how to fix it; nothing incomplete is left in the cache.
@@ -82,10 +87,16 @@ class JarSet:
     @property
     def directory(self) -> Path:
         explicit = os.environ.get("SPARKSINK_JARS_DIR")
-        if explicit:
-            return Path(explicit)
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-        return Path(cache) / "sparksink" / "jars" / self.key
+        return Path(explicit) if explicit else _cache_root() / "jars" / self.key
+
+    @property
+    def maven_repository(self) -> Path:
+        return _cache_root() / "maven-repository"
+
+
+def _cache_root() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(cache) / "sparksink"
 
 
 def pom_delta_version() -> str:
@@ -169,6 +180,7 @@ def fetch(jar_set: JarSet, log=print) -> list[Path]:
         staged = Path(scratch) / "jars"
         _copy_dependencies(mvn, jar_set, staged, log)
         jars = sorted(path.name for path in staged.glob("*.jar"))
+        _link_to_repository(staged, jars, jar_set.maven_repository)
         _check_no_clash(jar_set.pyspark_jars, staged, jars)
         (staged / STAMP).write_text("\n".join(jars) + "\n")
         if target.exists():  # an incomplete earlier attempt (a complete one returned above)
@@ -197,11 +209,12 @@ def _copy_dependencies(mvn: str, jar_set: JarSet, into: Path, log) -> None:
         "-DincludeScope=runtime",
         f"-DexcludeArtifactIds={','.join(sorted(_artifacts_in(jar_set.pyspark_jars)))}",
         f"-DoutputDirectory={into}",
+        f"-Dmaven.repo.local={jar_set.maven_repository}",
     ]
     what = f"{jar_set.delta_artifact} and {jar_set.hadoop_aws_artifact}"
     offline = subprocess.run([*command, "--offline"], capture_output=True, text=True)
     if offline.returncode == 0:
-        log(f"Copied {what} and their dependencies from the local Maven repository (offline).")
+        log(f"Copied {what} and their dependencies from {jar_set.maven_repository} (offline).")
         return
     log(f"Fetching {what} and their dependencies with Maven (about 750 MB the first time)...")
     online = subprocess.run(command, capture_output=True, text=True)
@@ -214,6 +227,22 @@ def _copy_dependencies(mvn: str, jar_set: JarSet, into: Path, log) -> None:
             "mirror, then run `make jars` again."
         )
     log(f"Fetched {what}.")
+
+
+def _link_to_repository(directory: Path, names: list[str], repository: Path) -> None:
+    """Replaces each copied jar by a hard link to the same file in Maven's repository (where
+    the file system allows it), so that the jars are stored once."""
+    in_repository = {path.name: path for path in repository.rglob("*.jar")}
+    for name in names:
+        copy, original = directory / name, in_repository.get(name)
+        if original is None or original.stat().st_size != copy.stat().st_size:
+            continue
+        link = directory / f".{name}.link"
+        try:
+            os.link(original, link)
+        except OSError:  # another file system, or links not supported: keep the copy
+            continue
+        os.replace(link, copy)
 
 
 def _maven_errors(output: str) -> str:
