@@ -202,6 +202,73 @@ def test_generated_columns_are_computed(delta_spark, tmp_path):
     assert assert_all_read(spark, uri) == [{"id": 5, "v": 5, "doubled": 10}]
 
 
+def test_nested_not_null_holds_only_under_a_present_parent(delta_spark, tmp_path):
+    """A NOT NULL field inside a nullable struct: a null field under a present struct is
+    refused; a null struct is written. delta-spark 4.4 refuses the null struct too
+    (delta-io/delta#860, an acknowledged delta-spark bug); it reads the row back."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(spark, uri, "id BIGINT, s STRUCT<a: INT NOT NULL, b: STRING>")
+    with pytest.raises(NullConstraintError, match=r"'s\.a'"):
+        _append(
+            uri, spark.sql("SELECT 1L AS id, named_struct('a', CAST(NULL AS INT), 'b', 'x') AS s")
+        )
+    _append(uri, spark.sql("SELECT 2L AS id, CAST(NULL AS STRUCT<a: INT, b: STRING>) AS s"))
+    assert assert_all_read(spark, uri) == [{"id": 2, "s": None}]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="VARCHAR(n) / CHAR(n) lengths are not enforced: delta-spark records them as field "
+    "metadata (__CHAR_VARCHAR_TYPE_STRING: varchar(5)) on a string column and refuses longer "
+    "values on its own writes; the sink's table rules (committers/delta/_rules.py) read no such "
+    "metadata, so an 8-character value is committed into a VARCHAR(5) column without a word.",
+)
+def test_char_and_varchar_lengths_are_enforced(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(spark, uri, "id BIGINT, c CHAR(3), v VARCHAR(5)")
+    with pytest.raises(ConstraintViolationError, match="varchar"):
+        _append(uri, spark.sql("SELECT 1L AS id, 'abc' AS c, 'abcdefgh' AS v"))
+    assert _log_version(uri) == 0
+
+
+def test_an_append_only_table(delta_spark, tmp_path):
+    """delta.appendOnly: appends and compactions (which change no data) work, the upsert is
+    refused before anything is written."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _id_v_table(
+        spark, uri, "INSERT INTO {t} VALUES (1, 1)", properties="'delta.appendOnly' = 'true'"
+    )
+    _append(uri, spark.createDataFrame([(2, 2)], ROWS))
+    version = _log_version(uri)
+    with pytest.raises(UnsupportedTableFeatureError, match="append-only"):
+        _upsert(uri, spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING"))
+    assert _log_version(uri) == version
+    assert DeltaSink(uri).compact(spark).files_removed == 2
+    assert assert_all_read(spark, uri) == [{"id": 1, "v": 1}, {"id": 2, "v": 2}]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="mode='overwrite' does not check delta.appendOnly (only the upsert does, "
+    "committers/delta/_upsert.py): the batch is staged, delta-rs refuses the commit that "
+    "removes files, and the sink reports CommitConflictError 'lost every commit race ... "
+    "restarting is safe' after its commit retries: a misleading error, raised after the work, "
+    "that a restart cannot fix (nothing is committed; the staged files are deleted).",
+)
+def test_an_overwrite_of_an_append_only_table_is_refused_before_anything(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _id_v_table(
+        spark, uri, "INSERT INTO {t} VALUES (1, 1)", properties="'delta.appendOnly' = 'true'"
+    )
+    with pytest.raises(UnsupportedTableFeatureError, match="append-only"):
+        _overwrite(uri, spark.createDataFrame([(2, 2)], ROWS))
+    assert _log_version(uri) == 1
+
+
 def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path):
     """Appends and overwrites write physical names; the upsert and the compaction, which do
     not map names yet, refuse the table before anything is written."""
@@ -340,6 +407,12 @@ REFUSED = {
         "rowTracking",
     ),
     "liquid clustering": ("id BIGINT, v INT", (), "CLUSTER BY (id)", "clustering"),
+    "column defaults": (
+        "id BIGINT, v INT DEFAULT 7",
+        (),
+        "TBLPROPERTIES ('delta.feature.allowColumnDefaults' = 'supported')",
+        "allowColumnDefaults",
+    ),
     "in-commit timestamps": (
         "id BIGINT, v INT",
         (),
