@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BOOTSTRAP := sh tools/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 
-.PHONY: demo test lint typecheck unit prereqs bench campaign clean runtime-venv dev-venv
+.PHONY: demo test lint typecheck unit prereqs bench campaign clean runtime-venv dev-venv jars
 
 prereqs:
 	@sh tools/check-prereqs.sh "$(PYTHON)"
@@ -31,7 +31,14 @@ typecheck: dev-venv
 unit: dev-venv
 	$(VENV)/bin/pytest -m "not spark and not integration"
 
-test: dev-venv lint typecheck
+# delta-spark's jars (built for the installed Spark, with delta-storage) and hadoop-aws (with the
+# AWS SDK bundle), fetched with Maven once into ~/.cache/sparksink/jars (XDG_CACHE_HOME, or
+# SPARKSINK_JARS_DIR) and reused offline after that: tools/jars.py. The tests run delta-spark
+# in their SparkSession with them; `--print-classpath` gives them to spark-submit --jars.
+jars: runtime-venv
+	$(PY) tools/jars.py
+
+test: dev-venv lint typecheck jars
 	$(VENV)/bin/pytest --durations=15
 
 # The benchmarks start the S3 server and the throttling HTTP server of the test suite.

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,16 +15,48 @@ from integration_tests._s3server import S3Server, s3_server
 
 _S3_SERVERS_USED: list[str] = []
 
+# delta-spark beside the sink, in the session's one JVM (its jars come from `make jars`).
+DELTA_SPARK_CONFIGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # delta-spark rebuilds a snapshot's state in 50 partitions by default: 2 cores here.
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
+def _fetched_jars() -> tuple[list[str], str | None]:
+    """The delta-spark and hadoop-aws jars `make jars` cached for the installed pyspark, or
+    the reason they are missing (what to run)."""
+    spec = importlib.util.spec_from_file_location(
+        "_sparksink_jars", Path(__file__).parent / "tools" / "jars.py"
+    )
+    assert spec is not None and spec.loader is not None
+    jars = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = jars  # dataclasses look their module up there
+    spec.loader.exec_module(jars)
+    try:
+        return [str(jar) for jar in jars.cached_jars(jars.installed_jar_set())], None
+    except jars.JarsError as missing:
+        return [], str(missing)
+
+
+_JARS, _JARS_MISSING = _fetched_jars()
+
 
 @pytest.fixture(scope="session")
 def spark():
-    """A local[2] SparkSession that allows 2 attempts per task, so task retries really happen."""
+    """A local[2] SparkSession that allows 2 attempts per task, so task retries really happen.
+
+    delta-spark (and hadoop-aws) run in it when `make jars` has fetched their jars: its SQL
+    extensions and catalog are on for the whole session, beside the sink. Without the jars the
+    session starts without them, and the tests that need delta-spark (fixture ``delta_spark``)
+    fail saying how to fetch them."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on loopback
     from pyspark.sql import SparkSession
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2,2]")
         .appName("sink-tests")
         .config("spark.ui.enabled", "false")
@@ -35,11 +69,24 @@ def spark():
         .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
         .config("spark.connect.grpc.binding.address", "127.0.0.1")
         .config("spark.connect.grpc.binding.port", "0")
-        .getOrCreate()
     )
+    if _JARS:
+        builder = builder.config("spark.jars", ",".join(_JARS))
+        for key, value in DELTA_SPARK_CONFIGS.items():
+            builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def delta_spark(request: pytest.FixtureRequest):
+    """The session's ``spark``, for tests that run delta-spark in it: they fail (never skip)
+    when its jars were not fetched."""
+    if _JARS_MISSING:
+        pytest.fail(f"delta-spark is not available: {_JARS_MISSING}", pytrace=False)
+    return request.getfixturevalue("spark")
 
 
 @pytest.fixture(scope="session")

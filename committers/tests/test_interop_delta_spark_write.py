@@ -1,0 +1,449 @@
+"""The sink writes into tables delta-spark made: created by ``CREATE TABLE ... USING delta``
+(or delta-spark's DataFrame writer) with CHECK constraints, NOT NULL, generated columns,
+identity columns, column mapping with renamed and dropped columns, deletion vectors, the change
+data feed, type widening, row tracking, liquid clustering, v2 checkpoints and in-commit
+timestamps. For each, the sink's append, upsert, overwrite and compaction either work (the rows
+read back by delta-spark, and by deltalake and/or DuckDB, are exactly the expected ones, and
+delta-spark still enforces the table's rules) or are refused before anything is written, with
+an error naming the feature."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.tests._delta_spark import (
+    assert_all_read,
+    comparable,
+    data_files,
+    spark_rows,
+)
+from committers.tests._readers import duckdb_rows
+from framework import TwoPhaseSink
+from framework.errors import ConstraintViolationError, NullConstraintError
+
+pytestmark = pytest.mark.spark
+
+UTC = datetime.timezone.utc
+
+
+def _create(spark, uri: str, columns: str, *statements: str, clauses: str = "") -> None:
+    """``CREATE TABLE`` at ``uri`` by delta-spark, then each statement (``{t}`` names it)."""
+    table = f"delta.`{uri}`"
+    spark.sql(f"CREATE TABLE {table} ({columns}) USING delta {clauses}")
+    for statement in statements:
+        spark.sql(statement.format(t=table))
+
+
+ROWS = "id BIGINT, v INT"  # the columns of most tables here
+
+
+def _id_v_table(spark, uri: str, *statements: str, properties: str) -> None:
+    """A delta-spark table of ``ROWS`` with the given ``TBLPROPERTIES``, then ``statements``."""
+    _create(spark, uri, ROWS, *statements, clauses=f"TBLPROPERTIES ({properties})")
+
+
+def _append(uri: str, df, app_id: str = "append"):
+    return TwoPhaseSink(DeltaSink(uri, app_id=app_id)).write(df)
+
+
+def _upsert(uri: str, df, keys=("id",)):
+    sink = DeltaSink(uri, app_id="upsert", mode="upsert", keys=list(keys), delete_when="op = 'D'")
+    return TwoPhaseSink(sink).write(df)
+
+
+def _overwrite(uri: str, df, replace_where: str | None = None):
+    sink = DeltaSink(uri, app_id="overwrite", mode="overwrite", replace_where=replace_where)
+    return TwoPhaseSink(sink).write(df)
+
+
+def _protocol_and_configuration(uri: str) -> tuple[dict, dict]:
+    protocol, metadata = {}, {}
+    for path in sorted((Path(uri) / "_delta_log").glob("*.json")):
+        for line in path.read_text().splitlines():
+            action = json.loads(line)
+            protocol = action.get("protocol", protocol)
+            metadata = action.get("metaData", metadata)
+    return protocol, metadata.get("configuration", {})
+
+
+def _log_actions(uri: str, version: int, kind: str) -> list[dict]:
+    path = Path(uri) / "_delta_log" / f"{version:020d}.json"
+    actions = [json.loads(line) for line in path.read_text().splitlines()]
+    return [action[kind] for action in actions if kind in action]
+
+
+def _log_version(uri: str) -> int:
+    """The newest version in the log (read without delta-rs, which refuses some of these
+    tables' reader features)."""
+    return max(int(p.name[:20]) for p in (Path(uri) / "_delta_log").glob("*.json"))
+
+
+def _read_by_spark_and_duckdb(spark, uri: str) -> list[dict]:
+    """The rows delta-spark and DuckDB read (they must agree); deltalake's pyarrow reader
+    cannot read column-mapped, deletion-vector or v2-checkpoint tables."""
+    by_spark = spark_rows(spark, uri)
+    assert comparable(duckdb_rows(uri)) == by_spark
+    return by_spark
+
+
+def _upsert_and_compaction_refused(spark, uri: str, changes, feature: str) -> None:
+    """The upsert and the compaction refuse the table, naming ``feature``; the log is
+    unchanged."""
+    version = _log_version(uri)
+    with pytest.raises(UnsupportedTableFeatureError, match=feature):
+        _upsert(uri, changes)
+    with pytest.raises(UnsupportedTableFeatureError, match=feature):
+        DeltaSink(uri).compact(spark)
+    assert _log_version(uri) == version
+
+
+def test_a_default_table_takes_every_operation(delta_spark, tmp_path):
+    """A plain ``CREATE TABLE`` of delta-spark 4 (no feature on by default: protocol 1/2),
+    partitioned by a date, with delta-spark's own files (INT96 timestamps, string bounds cut
+    at 32 characters): the sink appends, upserts by a long string key, replaces a partition and
+    compacts; delta-spark writes to it again afterwards."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    prefix = "k" * 40  # keys longer than the 32 characters delta-spark keeps in its stats
+    _create(
+        spark,
+        uri,
+        "id BIGINT, s STRING, ts TIMESTAMP, day DATE",
+        "INSERT INTO {t} VALUES"
+        f" (1, '{prefix}1', TIMESTAMP'2026-11-21 10:00:00.000001', DATE'2026-11-21'),"
+        f" (2, '{prefix}2', TIMESTAMP'2026-11-21 10:00:00.000002', DATE'2026-11-22')",
+        clauses="PARTITIONED BY (day)",
+    )
+    assert _protocol_and_configuration(uri) == ({"minReaderVersion": 1, "minWriterVersion": 2}, {})
+    rows = "id BIGINT, s STRING, ts TIMESTAMP, day DATE"
+    day1, day2 = datetime.date(2026, 11, 21), datetime.date(2026, 11, 22)
+    stamp = datetime.datetime(2026, 11, 21, 10, 0, 0, 3, tzinfo=UTC)
+    _append(uri, spark.createDataFrame([(3, f"{prefix}3", stamp, day1)], rows))
+    changes = spark.createDataFrame(
+        [(2, f"{prefix}2", stamp, day2, "U"), (4, f"{prefix}4", stamp, day2, "I")],
+        rows + ", op STRING",
+    )
+    _upsert(uri, changes.withColumn("id", changes.id * 10), keys=["s"])
+    _overwrite(
+        uri,
+        spark.createDataFrame([(5, f"{prefix}5", stamp, day1)], rows),
+        replace_where="day = '2026-11-21'",
+    )
+    _append(uri, spark.createDataFrame([(6, f"{prefix}6", stamp, day2)], rows))
+    assert DeltaSink(uri).compact(spark).files_removed >= 2
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (7, 's7', NULL, DATE'2026-11-22')")
+
+    expected = [
+        {"id": 20, "s": f"{prefix}2", "ts": stamp, "day": day2},
+        {"id": 40, "s": f"{prefix}4", "ts": stamp, "day": day2},
+        {"id": 5, "s": f"{prefix}5", "ts": stamp, "day": day1},
+        {"id": 6, "s": f"{prefix}6", "ts": stamp, "day": day2},
+        {"id": 7, "s": "s7", "ts": None, "day": day2},
+    ]
+    assert assert_all_read(spark, uri) == comparable(expected)
+
+
+def test_check_constraints_and_not_null_are_honoured(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        "id BIGINT NOT NULL, v INT",
+        "ALTER TABLE {t} ADD CONSTRAINT positive CHECK (v > 0)",
+        "INSERT INTO {t} VALUES (1, 1), (2, 2)",
+    )
+    _append(uri, spark.createDataFrame([(3, 3)], ROWS))
+    version = DeltaTable(uri).version()
+    with pytest.raises(ConstraintViolationError, match=r"CHECK constraint positive \(v > 0\)"):
+        _append(uri, spark.createDataFrame([(4, -4)], ROWS), app_id="bad")
+    with pytest.raises(NullConstraintError, match="id"):
+        _append(uri, spark.createDataFrame([(None, 4)], ROWS), app_id="bad")
+    with pytest.raises(ConstraintViolationError, match="positive"):
+        _upsert(uri, spark.createDataFrame([(1, -1, "U")], ROWS + ", op STRING"))
+    assert DeltaTable(uri).version() == version
+    _upsert(uri, spark.createDataFrame([(1, 10, "U"), (2, 0, "D")], ROWS + ", op STRING"))
+    _append(uri, spark.createDataFrame([(5, 5)], ROWS))
+    DeltaSink(uri).compact(spark)
+    expected = [{"id": 1, "v": 10}, {"id": 3, "v": 3}, {"id": 5, "v": 5}]
+    assert assert_all_read(spark, uri) == comparable(expected)
+    with pytest.raises(Exception, match="positive"):  # delta-spark still enforces it
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES (6, -6)")
+    _overwrite(uri, spark.createDataFrame([(7, 7)], ROWS))
+    assert assert_all_read(spark, uri) == [{"id": 7, "v": 7}]
+
+
+def test_generated_columns_are_computed(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        "id BIGINT, v INT, doubled INT GENERATED ALWAYS AS (v * 2)",
+        "INSERT INTO {t} (id, v) VALUES (1, 1), (2, 2)",
+    )
+    _append(uri, spark.createDataFrame([(3, 3)], ROWS))
+    with pytest.raises(ConstraintViolationError, match="doubled"):
+        _append(uri, spark.sql("SELECT 4L AS id, 4 AS v, 9 AS doubled"), app_id="bad")
+    _upsert(uri, spark.createDataFrame([(1, 10, "U"), (4, 4, "I")], ROWS + ", op STRING"))
+    DeltaSink(uri).compact(spark)
+    expected = [(1, 10), (2, 2), (3, 3), (4, 4)]
+    assert assert_all_read(spark, uri) == comparable(
+        [{"id": i, "v": v, "doubled": 2 * v} for i, v in expected]
+    )
+    _overwrite(uri, spark.createDataFrame([(5, 5)], ROWS))
+    assert assert_all_read(spark, uri) == [{"id": 5, "v": 5, "doubled": 10}]
+
+
+def test_nested_not_null_holds_only_under_a_present_parent(delta_spark, tmp_path):
+    """A NOT NULL field inside a nullable struct: a null field under a present struct is
+    refused; a null struct is written. delta-spark 4.4 refuses the null struct too
+    (delta-io/delta#860, an acknowledged delta-spark bug); it reads the row back."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(spark, uri, "id BIGINT, s STRUCT<a: INT NOT NULL, b: STRING>")
+    with pytest.raises(NullConstraintError, match=r"'s\.a'"):
+        _append(
+            uri, spark.sql("SELECT 1L AS id, named_struct('a', CAST(NULL AS INT), 'b', 'x') AS s")
+        )
+    _append(uri, spark.sql("SELECT 2L AS id, CAST(NULL AS STRUCT<a: INT, b: STRING>) AS s"))
+    assert assert_all_read(spark, uri) == [{"id": 2, "s": None}]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="VARCHAR(n) / CHAR(n) lengths are not enforced: delta-spark records them as field "
+    "metadata (__CHAR_VARCHAR_TYPE_STRING: varchar(5)) on a string column and refuses longer "
+    "values on its own writes; the sink's table rules (committers/delta/_rules.py) read no such "
+    "metadata, so an 8-character value is committed into a VARCHAR(5) column without a word.",
+)
+def test_char_and_varchar_lengths_are_enforced(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(spark, uri, "id BIGINT, c CHAR(3), v VARCHAR(5)")
+    with pytest.raises(ConstraintViolationError, match="varchar"):
+        _append(uri, spark.sql("SELECT 1L AS id, 'abc' AS c, 'abcdefgh' AS v"))
+    assert _log_version(uri) == 0
+
+
+def test_an_append_only_table(delta_spark, tmp_path):
+    """delta.appendOnly: appends and compactions (which change no data) work, the upsert is
+    refused before anything is written."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _id_v_table(
+        spark, uri, "INSERT INTO {t} VALUES (1, 1)", properties="'delta.appendOnly' = 'true'"
+    )
+    _append(uri, spark.createDataFrame([(2, 2)], ROWS))
+    version = _log_version(uri)
+    with pytest.raises(UnsupportedTableFeatureError, match="append-only"):
+        _upsert(uri, spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING"))
+    assert _log_version(uri) == version
+    assert DeltaSink(uri).compact(spark).files_removed == 2
+    assert assert_all_read(spark, uri) == [{"id": 1, "v": 1}, {"id": 2, "v": 2}]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="mode='overwrite' does not check delta.appendOnly (only the upsert does, "
+    "committers/delta/_upsert.py): the batch is staged, delta-rs refuses the commit that "
+    "removes files, and the sink reports CommitConflictError 'lost every commit race ... "
+    "restarting is safe' after its commit retries: a misleading error, raised after the work, "
+    "that a restart cannot fix (nothing is committed; the staged files are deleted).",
+)
+def test_an_overwrite_of_an_append_only_table_is_refused_before_anything(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _id_v_table(
+        spark, uri, "INSERT INTO {t} VALUES (1, 1)", properties="'delta.appendOnly' = 'true'"
+    )
+    with pytest.raises(UnsupportedTableFeatureError, match="append-only"):
+        _overwrite(uri, spark.createDataFrame([(2, 2)], ROWS))
+    assert _log_version(uri) == 1
+
+
+def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path):
+    """Appends and overwrites write physical names; the upsert and the compaction, which do
+    not map names yet, refuse the table before anything is written."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        "id BIGINT, v INT, gone STRING",
+        "INSERT INTO {t} VALUES (1, 1, 'a'), (2, 2, 'b')",
+        "ALTER TABLE {t} RENAME COLUMN v TO value",
+        "ALTER TABLE {t} DROP COLUMN gone",
+        clauses="TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
+    )
+    mapped = "id BIGINT, value INT"
+    _append(uri, spark.createDataFrame([(3, 3)], mapped))
+    expected = [{"id": i, "value": i} for i in (1, 2, 3)]
+    assert _read_by_spark_and_duckdb(spark, uri) == comparable(expected)
+    changes = spark.createDataFrame([(1, 10, "U")], mapped + ", op STRING")
+    _upsert_and_compaction_refused(spark, uri, changes, "column mapping")
+    _overwrite(uri, spark.createDataFrame([(4, 4)], mapped))
+    assert _read_by_spark_and_duckdb(spark, uri) == [{"id": 4, "value": 4}]
+
+
+def test_deletion_vectors(delta_spark, tmp_path):
+    """After delta-spark's DELETE left a deletion vector: appends work, the upsert and the
+    compaction (which read the Parquet files directly) refuse the table, and an overwrite
+    removes the file together with its vector."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _id_v_table(
+        spark,
+        uri,
+        "INSERT INTO {t} VALUES (1, 1), (2, 2), (3, 3)",
+        "DELETE FROM {t} WHERE id = 2",
+        properties="'delta.enableDeletionVectors' = 'true'",
+    )
+    (with_vector,) = [a for a in _log_actions(uri, 2, "add") if a.get("deletionVector")]
+    _append(uri, spark.createDataFrame([(4, 4)], ROWS))
+    expected = [{"id": i, "v": i} for i in (1, 3, 4)]
+    assert _read_by_spark_and_duckdb(spark, uri) == comparable(expected)
+    changes = spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING")
+    _upsert_and_compaction_refused(spark, uri, changes, "deletion vectors")
+
+    result = _overwrite(uri, spark.createDataFrame([(5, 5)], ROWS))
+    removed = {r["path"]: r for r in _log_actions(uri, result.version, "remove")}
+    assert removed[with_vector["path"]]["deletionVector"] == with_vector["deletionVector"]
+    assert _read_by_spark_and_duckdb(spark, uri) == [{"id": 5, "v": 5}]
+
+
+def test_change_data_feed(delta_spark, tmp_path):
+    """On a table with the change data feed on, delta-spark's feed shows the sink's append as
+    inserts, its overwrite as deletes and inserts, and nothing of its compaction; the upsert,
+    whose updates would need change files, refuses the table."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _id_v_table(
+        spark,
+        uri,
+        "INSERT INTO {t} VALUES (1, 1)",
+        properties="'delta.enableChangeDataFeed' = 'true'",
+    )
+    appended = _append(uri, spark.createDataFrame([(2, 2)], ROWS)).version
+    _append(uri, spark.createDataFrame([(3, 3)], ROWS))
+    with pytest.raises(UnsupportedTableFeatureError, match="change data feed"):
+        _upsert(uri, spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING"))
+    compacted = DeltaSink(uri).compact(spark).version
+    overwritten = _overwrite(uri, spark.createDataFrame([(4, 4)], ROWS)).version
+    assert assert_all_read(spark, uri) == [{"id": 4, "v": 4}]
+
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", appended)
+        .load(uri)
+        .select("id", "_change_type", "_commit_version")
+        .collect()
+    )
+    assert sorted(tuple(row) for row in feed) == sorted(
+        [
+            (2, "insert", appended),
+            (3, "insert", appended + 1),
+            *[(i, "delete", overwritten) for i in (1, 2, 3)],
+            (4, "insert", overwritten),
+        ]
+    )
+    assert compacted not in {row["_commit_version"] for row in feed}
+
+
+def test_v2_checkpoints(delta_spark, tmp_path):
+    """A table with v2 checkpoints (sidecar files): every operation works, and the
+    checkpoints delta-rs writes at the table's interval carry the v2 checkpoint metadata."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _id_v_table(
+        spark,
+        uri,
+        "INSERT INTO {t} VALUES (1, 1)",
+        "INSERT INTO {t} VALUES (2, 2)",
+        properties="'delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2'",
+    )
+    assert list((Path(uri) / "_delta_log" / "_sidecars").glob("*.parquet"))
+    _append(uri, spark.createDataFrame([(3, 3)], ROWS))
+    _upsert(uri, spark.createDataFrame([(1, 10, "U"), (2, 0, "D")], ROWS + ", op STRING"))
+    DeltaSink(uri).compact(spark)
+    expected = [{"id": 1, "v": 10}, {"id": 3, "v": 3}]
+    assert _read_by_spark_and_duckdb(spark, uri) == comparable(expected)
+    _overwrite(uri, spark.createDataFrame([(4, 4)], ROWS))
+    assert _read_by_spark_and_duckdb(spark, uri) == [{"id": 4, "v": 4}]
+    # delta-rs checkpoints at the table's interval, classic-named, following the v2 spec.
+    ours = sorted((Path(uri) / "_delta_log").glob("*.checkpoint.parquet"))
+    assert ours
+    for checkpoint in ours:
+        metadata = pq.read_table(checkpoint, columns=["checkpointMetadata"]).column(0)
+        assert {"version": int(checkpoint.name[:20])} in metadata.to_pylist()
+
+
+# Features the sink refuses: the table delta-spark makes, and the feature the error must name.
+REFUSED = {
+    "identity": (
+        "id BIGINT, v INT, k BIGINT GENERATED ALWAYS AS IDENTITY",
+        (),
+        "",
+        "identityColumns",
+    ),
+    "type widening": (
+        "id BIGINT, v INT",
+        ("ALTER TABLE {t} ALTER COLUMN v TYPE BIGINT",),
+        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
+        "typeWidening",
+    ),
+    "row tracking": (
+        "id BIGINT, v INT",
+        (),
+        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')",
+        "rowTracking",
+    ),
+    "liquid clustering": ("id BIGINT, v INT", (), "CLUSTER BY (id)", "clustering"),
+    "column defaults": (
+        "id BIGINT, v INT DEFAULT 7",
+        (),
+        "TBLPROPERTIES ('delta.feature.allowColumnDefaults' = 'supported')",
+        "allowColumnDefaults",
+    ),
+    "in-commit timestamps": (
+        "id BIGINT, v INT",
+        (),
+        "TBLPROPERTIES ('delta.enableInCommitTimestamps' = 'true')",
+        "inCommitTimestamp",
+    ),
+}
+
+
+@pytest.mark.parametrize("feature", sorted(REFUSED))
+def test_features_the_sink_cannot_honour_are_refused_before_anything_is_written(
+    delta_spark, tmp_path, feature
+):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    columns, statements, clauses, named = REFUSED[feature]
+    _create(
+        spark, uri, columns, "INSERT INTO {t} (id, v) VALUES (1, 1)", *statements, clauses=clauses
+    )
+    version, files = _log_version(uri), data_files(uri)
+    before = spark_rows(spark, uri)
+    v_type = spark.read.format("delta").load(uri).schema["v"].dataType.simpleString()
+    rows = spark.sql(f"SELECT 2L AS id, CAST(2 AS {v_type}) AS v, 'U' AS op")
+    attempts = {
+        "append": lambda: _append(uri, rows.drop("op")),
+        "upsert": lambda: _upsert(uri, rows),
+        "overwrite": lambda: _overwrite(uri, rows.drop("op")),
+        "compaction": lambda: DeltaSink(uri).compact(spark),
+    }
+    for operation, attempt in attempts.items():
+        with pytest.raises(UnsupportedTableFeatureError, match=named):
+            attempt()
+        assert (_log_version(uri), data_files(uri)) == (version, files), operation
+    assert spark_rows(spark, uri) == before
