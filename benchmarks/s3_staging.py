@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import machine, median, rows_df, spark_session
 
 from committers.delta import DeltaSink
-from committers.delta._storage import TableLocation
+from committers.delta.storage._storage import TableLocation
 from framework import TwoPhaseSink
 from integration_tests._s3server import s3_server
 

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import machine, median
 
-from committers.delta._storage import TableLocation
-from committers.delta._upload import S3Uploader
+from committers.delta.storage._storage import TableLocation
+from committers.delta.storage._upload import S3Uploader
 from integration_tests._s3server import s3_server
 
 PART = 8 * 1024 * 1024

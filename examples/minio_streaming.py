@@ -65,7 +65,7 @@ def table_uri() -> str:
 
 def main() -> int:
     quiet_logging()
-    from committers.delta._storage import TableLocation
+    from committers.delta.storage._storage import TableLocation
     from framework.errors import SinkError
 
     uri, options = table_uri(), storage_options()

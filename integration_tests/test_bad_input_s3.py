@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from committers.delta import DeltaSink
-from committers.delta._s3safety import PROCESS_CACHE
+from committers.delta.storage._s3safety import PROCESS_CACHE
 from framework import TwoPhaseSink
 from framework.errors import LocationNotWritableError, UnsafeStorageError
 from integration_tests._fault_proxy import FaultProxy

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from committers.delta import DeltaSink
-from committers.delta._storage import TableLocation
-from committers.delta._upload import S3Uploader, abort_incomplete_uploads
+from committers.delta.storage._storage import TableLocation
+from committers.delta.storage._upload import S3Uploader, abort_incomplete_uploads
 from framework import TwoPhaseSink
 from framework.errors import StagingError
 from integration_tests._fault_proxy import FAULT_KINDS, FaultProxy

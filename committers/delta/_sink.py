@@ -12,11 +12,34 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from committers.delta._committable import DeltaCommittable, StagedFile, StagedFileSerializer
-from committers.delta._committer import DeltaGlobalCommitter
-from committers.delta._compact import CompactionResult, PartitionFilter, compact_table
-from committers.delta._delta_schema import walk
-from committers.delta._options import (
+from committers.delta.commit._committer import DeltaGlobalCommitter
+from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
+from committers.delta.commit._vacuum import vacuum_table
+from committers.delta.spark._spark_staging import SparkParquetStager, hadoop_can_write
+from committers.delta.spark._upsert import (
+    UpsertPlan,
+    UpsertSpec,
+    UpsertStager,
+    check_upsert_table,
+    classic_session,
+    plan_upsert,
+)
+from committers.delta.storage._s3safety import verify_conditional_put
+from committers.delta.storage._storage import CredentialIdentity, TableLocation
+from committers.delta.table._delta_schema import walk
+from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
+from committers.delta.table._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
+from committers.delta.table._schema import (
+    SINK_SPELLING,
+    OptionSpelling,
+    SchemaMode,
+    check_column_names,
+    check_partition_columns,
+    normalize_schema,
+)
+from committers.delta.table._table import open_table, remove_orphan_files
+from committers.delta.write._committable import DeltaCommittable, StagedFile, StagedFileSerializer
+from committers.delta.write._options import (
     DEFAULT_COMPRESSION,
     DEFAULT_MAX_OPEN_FILES,
     DEFAULT_ROW_GROUP_BYTES,
@@ -28,30 +51,7 @@ from committers.delta._options import (
     WriterOptions,
     check_staging,
 )
-from committers.delta._replace_where import ReplaceWhere, with_replace_where
-from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
-from committers.delta._s3safety import verify_conditional_put
-from committers.delta._schema import (
-    SINK_SPELLING,
-    OptionSpelling,
-    SchemaMode,
-    check_column_names,
-    check_partition_columns,
-    normalize_schema,
-)
-from committers.delta._spark_staging import SparkParquetStager, hadoop_can_write
-from committers.delta._storage import CredentialIdentity, TableLocation
-from committers.delta._table import open_table, remove_orphan_files
-from committers.delta._upsert import (
-    UpsertPlan,
-    UpsertSpec,
-    UpsertStager,
-    check_upsert_table,
-    classic_session,
-    plan_upsert,
-)
-from committers.delta._vacuum import vacuum_table
-from committers.delta._writer import DeltaStagingWriter
+from committers.delta.write._writer import DeltaStagingWriter
 from framework._foreign_options import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
 from framework.sink import InputPlan, OutputMode, Sink, WriterContext
@@ -492,7 +492,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         older than ``retention``; return their paths relative to the table root.
 
         Committed files (referenced by any commit or checkpoint still in the log) are never
-        deleted. See ``committers.delta._table.remove_orphan_files``.
+        deleted. See ``committers.delta.table._table.remove_orphan_files``.
         """
         return remove_orphan_files(
             self.location,
@@ -517,7 +517,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         deletes), each also older than ``retention``. Every version within ``retention`` stays
         readable (time travel), files of the current version are never deleted, and the
         removal of files the snapshot lists as removed is recorded in the log
-        (``VACUUM START``/``VACUUM END``). See ``committers.delta._vacuum``.
+        (``VACUUM START``/``VACUUM END``). See ``committers.delta.commit._vacuum``.
 
         Args:
             retention: default: the table's ``delta.deletedFileRetentionDuration`` (7 days if
@@ -551,7 +551,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         (default: the sink's), in Spark tasks (with pyarrow in Python tasks, or with Spark's
         own reader and writer under ``staging="spark"``), committed as one ``dataChange=false``
         transaction without a txn. Safe while writers append; see
-        ``committers.delta._compact`` and docs/delta.md#compaction.
+        ``committers.delta.commit._compact`` and docs/delta.md#compaction.
 
         Args:
             spark: the classic SparkSession whose tasks rewrite the files.
@@ -560,11 +560,11 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             target_file_size: bytes per output file (at least 1 MiB).
 
         Returns:
-            A :class:`~committers.delta._compact.CompactionResult`; its ``version`` is ``None``
-            when there was nothing to compact (no commit).
+            A :class:`~committers.delta.commit._compact.CompactionResult`; its ``version`` is
+            ``None`` when there was nothing to compact (no commit).
 
         Raises:
-            See :func:`committers.delta._compact.compact_table`.
+            See :func:`committers.delta.commit._compact.compact_table`.
         """
         return compact_table(
             spark,

@@ -383,9 +383,9 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
     """Read the table straight from the store (no faults) and count what is wrong."""
     from deltalake import DeltaTable
 
-    from committers.delta._staging import STAGING_DIR
-    from committers.delta._storage import TableLocation
-    from committers.delta._table import remove_orphan_files
+    from committers.delta.storage._staging import STAGING_DIR
+    from committers.delta.storage._storage import TableLocation
+    from committers.delta.table._table import remove_orphan_files
     from committers.tests._readers import duckdb_rows
 
     location = TableLocation.of(table.uri, table.check_options)

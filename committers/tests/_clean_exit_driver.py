@@ -7,7 +7,7 @@ The sink is driven as TwoPhaseSink drives it (FILES writer tasks, then one commi
 clean-up on the driver) but without Spark, which the exit has nothing to do with. The read is
 ``DeltaTable(TABLE).to_pyarrow_table()``, the last thing the script does, as in a script that
 checks what it wrote; each file read is one more buffer that Arrow's threads release after the
-read has returned (see ``committers/delta/_shutdown.py``).
+read has returned (see ``committers/delta/table/_shutdown.py``).
 """
 
 from __future__ import annotations

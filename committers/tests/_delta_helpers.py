@@ -12,7 +12,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from committers.delta import DeltaSink
-from committers.delta._staging import STAGING_DIR
+from committers.delta.storage._staging import STAGING_DIR
 from framework.sink import Epoch, WriterContext
 
 

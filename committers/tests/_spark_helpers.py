@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from committers.delta import DeltaSink
-from committers.delta._writer import DeltaStagingWriter
+from committers.delta.write._writer import DeltaStagingWriter
 
 SOURCE_SCHEMA = "id LONG, day STRING"
 

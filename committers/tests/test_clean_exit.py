@@ -3,7 +3,7 @@
 Without committers.delta's exit hook, such a script ends with "terminate called without an
 active exception" and exit code 134 in a few runs out of a hundred (more on a loaded machine),
 after all its work is done: Arrow's threads were still releasing the Python buffers of the read
-when the interpreter began to finalize (see committers/delta/_shutdown.py). The race is rare
+when the interpreter began to finalize (see committers/delta/table/_shutdown.py). The race is rare
 per run, so the script is run many times.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from committers.delta import _shutdown
+from committers.delta.table import _shutdown
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from committers.delta import DeltaGlobalCommitter, DeltaSink, StagedFile, StagedFileSerializer
-from committers.delta import _committer as committer_module
+from committers.delta.commit import _committer as committer_module
 from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,

@@ -21,7 +21,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties, RemoveAction
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
-from committers.delta._compact import (
+from committers.delta.commit._compact import (
     COMMIT_OPERATION,
     MIN_TARGET_FILE_SIZE,
     CompactionConflictError,
@@ -29,9 +29,9 @@ from committers.delta._compact import (
     _File,
     compact_table,
 )
-from committers.delta._spark_staging import RUN_DIR_PREFIX
-from committers.delta._staging import STAGING_DIR
-from committers.delta._table import delta_rs_path
+from committers.delta.spark._spark_staging import RUN_DIR_PREFIX
+from committers.delta.storage._staging import STAGING_DIR
+from committers.delta.table._table import delta_rs_path
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink
 from framework.errors import (
@@ -272,7 +272,7 @@ def test_bin_packing_groups_files_up_to_the_target_and_leaves_single_files():
 
 
 def test_groups_are_spread_over_tasks_of_about_equal_bytes():
-    from committers.delta._arrow_rewrite import GroupToRewrite, _pack
+    from committers.delta.spark._arrow_rewrite import GroupToRewrite, _pack
 
     groups = [GroupToRewrite(i, ((f"f{i}", size),), ()) for i, size in enumerate([9, 5, 4, 3, 3])]
     tasks = _pack(groups, slots=2)
@@ -552,7 +552,7 @@ def test_what_only_spark_cannot_rewrite_is_refused_with_staging_spark_and_done_i
 ):
     from deltalake.schema import StructType
 
-    import committers.delta._compact as compact_module
+    import committers.delta.commit._compact as compact_module
 
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=2)

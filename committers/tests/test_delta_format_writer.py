@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from committers.delta import register
-from committers.delta._format_writer import parse_write_options
+from committers.delta.format._format_writer import parse_write_options
 from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
@@ -379,9 +379,9 @@ def test_the_arrow_checks_refuse_what_the_table_cannot_hold():
 
     import pyarrow as pa
 
-    from committers.delta._format_writer import DeltaBatchCheck
-    from committers.delta._replace_where import ReplaceWhere
-    from committers.delta._rules import TableShape
+    from committers.delta.format._format_writer import DeltaBatchCheck
+    from committers.delta.table._replace_where import ReplaceWhere
+    from committers.delta.table._rules import TableShape
     from framework.errors import ConstraintViolationError, NullConstraintError
 
     schema = pa.schema([("id", pa.int64()), ("day", pa.string()), ("d", pa.date32())])

@@ -19,8 +19,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from committers.delta import DeltaGlobalCommitter, DeltaSink, UnsupportedTableFeatureError
-from committers.delta._replace_where import FileClassifier, ReplaceWhere
-from committers.delta._rules import TableShape
+from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
+from committers.delta.table._rules import TableShape
 from committers.tests._delta_helpers import (
     committed_files,
     data_files_on_disk,

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from committers.delta import DeltaSink
-from committers.delta._spark_staging import SparkParquetStager
+from committers.delta.spark._spark_staging import SparkParquetStager
 from committers.tests._delta_helpers import (
     assert_no_orphans,
     committed_files,
@@ -72,7 +72,7 @@ def lose_a_task_result(monkeypatch) -> Lost:
 def lose_a_rewritten_file(monkeypatch, *, with_its_counts: bool) -> Lost:
     """The Python tasks' rewrite (compaction, an upsert's kept rows) loses one group's file
     on the driver, either alone (its task's counts arrive) or together with its counts."""
-    from committers.delta import _arrow_rewrite
+    from committers.delta.spark import _arrow_rewrite
 
     in_tasks = _arrow_rewrite.in_tasks
     lost = Lost()
@@ -93,7 +93,7 @@ def lose_a_rewritten_file(monkeypatch, *, with_its_counts: bool) -> Lost:
 def lose_a_file_rewritten_for_replace_where(monkeypatch) -> Lost:
     """An overwrite's rewrite of the files holding rows its data predicate matches loses the
     file of one candidate's kept rows (its task's counts arrive)."""
-    from committers.delta import _replace_rewrite
+    from committers.delta.spark import _replace_rewrite
 
     in_tasks = _replace_rewrite.in_tasks
     lost = Lost()
@@ -323,7 +323,7 @@ def test_a_lost_file_fails_a_format_write_before_its_commit(tmp_path):
     messages; one of them lost a staged file: nothing is committed, the files are deleted."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from committers.delta._format_writer import batch_writer
+    from committers.delta.format._format_writer import batch_writer
     from framework.spark._format_writer import StagedMessage
 
     table = str(tmp_path / "t")

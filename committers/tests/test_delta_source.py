@@ -23,18 +23,18 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.transaction import AddAction
 
 from committers.delta import UnsupportedTableFeatureError, read_table, register
-from committers.delta._format import DeltaScanReader, parse_options, spark_schema
-from committers.delta._rules import TableShape
-from committers.delta._skipping import FilePruner, Predicate, is_exact
-from committers.delta._snapshot import (
+from committers.delta.format._format import DeltaScanReader, parse_options, spark_schema
+from committers.delta.read._source import DeltaScan
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._rules import TableShape
+from committers.delta.table._skipping import FilePruner, Predicate, is_exact
+from committers.delta.table._snapshot import (
     SnapshotSpec,
     _LogListing,
     check_readable,
     open_snapshot,
     parse_timestamp,
 )
-from committers.delta._source import DeltaScan
-from committers.delta._storage import TableLocation
 from framework.errors import ConfigurationError, NotATableError
 from framework.source import FileSourceConfig
 from framework.spark._source import FILTER_PUSHDOWN_CONF

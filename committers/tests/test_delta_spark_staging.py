@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, Field, QueryBuilder, Schema
 
 from committers.delta import DeltaSink
-from committers.delta._spark_staging import RUN_DIR_PREFIX, hadoop_can_write
+from committers.delta.spark._spark_staging import RUN_DIR_PREFIX, hadoop_can_write
 from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
@@ -226,8 +226,8 @@ def test_remove_orphan_files_spares_a_live_run_directory(spark, tmp_path):
     """A run whose Spark job is still writing (a young manifest naming its directory) keeps
     its files through remove_orphan_files, however old they are; an old run directory that no
     manifest names is removed."""
-    from committers.delta._spark_staging import spark_manifest_path
-    from committers.delta._staging import write_manifest
+    from committers.delta.spark._spark_staging import spark_manifest_path
+    from committers.delta.storage._staging import write_manifest
     from committers.tests._delta_helpers import epoch
 
     table = str(tmp_path / "t")

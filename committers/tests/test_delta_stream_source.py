@@ -20,11 +20,11 @@ import pytest
 from deltalake import DeltaTable, Field, QueryBuilder, TableFeatures, write_deltalake
 
 from committers.delta import DeltaSink, register
-from committers.delta._format import parse_options, parse_stream_options
-from committers.delta._protocol import UnsupportedTableFeatureError
-from committers.delta._snapshot import SnapshotSpec, open_snapshot
-from committers.delta._storage import TableLocation
-from committers.delta._stream import DeltaLogTail, SourceTableChangedError, StreamStart
+from committers.delta.format._format import parse_options, parse_stream_options
+from committers.delta.read._stream import DeltaLogTail, SourceTableChangedError, StreamStart
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._snapshot import SnapshotSpec, open_snapshot
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError
 from framework.source import FileSourceConfig

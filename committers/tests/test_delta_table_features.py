@@ -15,7 +15,7 @@ from deltalake import DeltaTable, Field, QueryBuilder, Schema, write_deltalake
 from deltalake.schema import StructType
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
-from committers.delta._storage import TableLocation
+from committers.delta.storage._storage import TableLocation
 from committers.tests._delta_helpers import epoch, stage
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink

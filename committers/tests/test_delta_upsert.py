@@ -20,7 +20,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
-from committers.delta._upsert import UpsertConflictError
+from committers.delta.spark._upsert import UpsertConflictError
 from committers.tests._delta_helpers import data_files_on_disk, read_rows, staging_leftovers
 from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import forget_newest_commit
@@ -133,7 +133,7 @@ CHANGES_BY = pytest.mark.parametrize("keys_limit", [None, 1], ids=["collected", 
 
 
 def _limit_collected_keys(monkeypatch, keys_limit: int | None) -> None:
-    from committers.delta import _upsert
+    from committers.delta.spark import _upsert
 
     if keys_limit is not None:
         monkeypatch.setattr(_upsert, "PRUNE_KEYS_LIMIT", keys_limit)
@@ -538,7 +538,7 @@ def test_a_file_to_rewrite_that_vanished_fails_the_batch_with_nothing_committed(
 def test_a_file_that_vanishes_before_python_tasks_rewrite_it_fails_the_batch_cleanly(
     spark, tmp_path, monkeypatch
 ) -> None:
-    from committers.delta._upsert import UpsertStager
+    from committers.delta.spark._upsert import UpsertStager
 
     uri = _four_files(tmp_path)
     version = DeltaTable(uri).version()
@@ -715,7 +715,7 @@ def _assert_stats_describe_files(uri: str) -> None:
 def test_touched_files_found_on_the_driver_or_by_spark_give_the_same_commit(
     spark, tmp_path, monkeypatch
 ) -> None:
-    from committers.delta import _upsert, _upsert_touched
+    from committers.delta.spark import _upsert, _upsert_touched
 
     def table(name: str) -> str:
         uri = str(tmp_path / name)
@@ -796,7 +796,7 @@ APPLIED_BY = pytest.mark.parametrize(
 
 
 def _apply_by(monkeypatch, found_by: str, keys_limit: int | None) -> None:
-    from committers.delta import _upsert_touched
+    from committers.delta.spark import _upsert_touched
 
     _limit_collected_keys(monkeypatch, keys_limit)
     if found_by == "spark":
@@ -877,7 +877,7 @@ def test_a_change_older_than_the_stored_row_is_not_applied(
 def test_spark_and_pyarrow_order_a_change_against_the_stored_row_alike(spark) -> None:
     """The rule of test_upsert_touched.py's cases, evaluated by Spark (the kept rows of
     ``staging="spark"`` and of large batches, the Spark join's count)."""
-    from committers.delta._upsert import _DELETE, _applies, _sequence, _stored
+    from committers.delta.spark._upsert import _DELETE, _applies, _sequence, _stored
     from committers.tests.test_upsert_touched import APPLIES_CASES, APPLIES_NAN_CASES
 
     for cases, kind in ((APPLIES_CASES, "long"), (APPLIES_NAN_CASES, "double")):

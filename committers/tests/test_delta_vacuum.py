@@ -19,10 +19,10 @@ from deltalake import DeltaTable, Field, Schema, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta import DeltaSink
-from committers.delta._inspect_cli import main
-from committers.delta._staging import STAGING_DIR, write_manifest
-from committers.delta._storage import TableLocation
-from committers.delta._vacuum import interval_seconds, vacuum_table
+from committers.delta.commit._vacuum import interval_seconds, vacuum_table
+from committers.delta.inspect._inspect_cli import main
+from committers.delta.storage._staging import STAGING_DIR, write_manifest
+from committers.delta.storage._storage import TableLocation
 from committers.tests._delta_helpers import committed_files, data_files_on_disk
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink

@@ -20,13 +20,13 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from committers.delta import DeltaSink
-from committers.delta._inspect import gather
-from committers.delta._inspect_cli import main
-from committers.delta._inspect_render import render_text
-from committers.delta._snapshot import SnapshotSpec, open_snapshot
-from committers.delta._spark_staging import RUN_DIR_PREFIX, spark_manifest_path
-from committers.delta._staging import STAGING_DIR, write_manifest
-from committers.delta._storage import TableLocation
+from committers.delta.inspect._inspect import gather
+from committers.delta.inspect._inspect_cli import main
+from committers.delta.inspect._inspect_render import render_text
+from committers.delta.spark._spark_staging import RUN_DIR_PREFIX, spark_manifest_path
+from committers.delta.storage._staging import STAGING_DIR, write_manifest
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._snapshot import SnapshotSpec, open_snapshot
 from committers.tests._delta_helpers import batch, epoch, ids, stage
 from integration_tests._s3server import S3Server
 

@@ -149,9 +149,9 @@ def test_timestamp_and_timestamp_ntz_partitions(delta_spark, tmp_path):
 @pytest.mark.xfail(
     strict=True,
     reason="The sink spells a timestamp partition value as UTC wall-clock time without a zone "
-    "('2026-11-21 10:00:00.123456'; committers/delta/_rules.py _partition_value_sql, "
-    "committers/delta/_schema.py serialize_partition_value). delta-spark reads that spelling in "
-    "the session time zone, so in any session not set to UTC every row's timestamp partition "
+    "('2026-11-21 10:00:00.123456'; committers/delta/table/_rules.py _partition_value_sql, "
+    "committers/delta/table/_schema.py serialize_partition_value). delta-spark reads that spelling "
+    "in the session time zone, so in any session not set to UTC every row's timestamp partition "
     "value is shifted by the zone's offset (and partition filters miss). delta-spark itself "
     "writes ISO 8601 in UTC ('2026-11-21T10:00:00.123456Z'), which every reader takes as UTC.",
 )

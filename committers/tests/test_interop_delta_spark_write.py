@@ -221,8 +221,8 @@ def test_nested_not_null_holds_only_under_a_present_parent(delta_spark, tmp_path
     strict=True,
     reason="VARCHAR(n) / CHAR(n) lengths are not enforced: delta-spark records them as field "
     "metadata (__CHAR_VARCHAR_TYPE_STRING: varchar(5)) on a string column and refuses longer "
-    "values on its own writes; the sink's table rules (committers/delta/_rules.py) read no such "
-    "metadata, so an 8-character value is committed into a VARCHAR(5) column without a word.",
+    "values on its own writes; the sink's table rules (committers/delta/table/_rules.py) read no "
+    "such metadata, so an 8-character value is committed into a VARCHAR(5) column without a word.",
 )
 def test_char_and_varchar_lengths_are_enforced(delta_spark, tmp_path):
     spark = delta_spark
@@ -253,7 +253,7 @@ def test_an_append_only_table(delta_spark, tmp_path):
 @pytest.mark.xfail(
     strict=True,
     reason="mode='overwrite' does not check delta.appendOnly (only the upsert does, "
-    "committers/delta/_upsert.py): the batch is staged, delta-rs refuses the commit that "
+    "committers/delta/spark/_upsert.py): the batch is staged, delta-rs refuses the commit that "
     "removes files, and the sink reports CommitConflictError 'lost every commit race ... "
     "restarting is safe' after its commit retries: a misleading error, raised after the work, "
     "that a restart cannot fix (nothing is committed; the staged files are deleted).",

@@ -26,10 +26,10 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction
 
 from committers.delta import DeltaSink, read_table
-from committers.delta._format import spark_schema
-from committers.delta._read_table import _file_path_spelling, _java_uri_path
-from committers.delta._snapshot import SnapshotSpec, open_snapshot
-from committers.delta._storage import TableLocation
+from committers.delta.format._format import spark_schema
+from committers.delta.format._read_table import _file_path_spelling, _java_uri_path
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._snapshot import SnapshotSpec, open_snapshot
 from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import file_stream, make_source, run_available_now
 from framework import TwoPhaseSink

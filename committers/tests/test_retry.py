@@ -15,7 +15,7 @@ from botocore.exceptions import (
 )
 from s3fs.errors import translate_boto_error
 
-from committers.delta._retry import (
+from committers.delta.storage._retry import (
     STAGING_ERRORS,
     Backoff,
     S3ErrorClassifier,
@@ -24,7 +24,7 @@ from committers.delta._retry import (
     commit_with_reconciliation,
     retry_call,
 )
-from committers.delta._upload import S3UploadErrorClassifier
+from committers.delta.storage._upload import S3UploadErrorClassifier
 from framework.errors import CommitStateUnknownError, ConcurrentWriterError
 
 

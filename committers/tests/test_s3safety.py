@@ -8,14 +8,14 @@ import uuid
 
 import pytest
 
-from committers.delta._retry import Backoff
-from committers.delta._s3safety import (
+from committers.delta.storage._retry import Backoff
+from committers.delta.storage._s3safety import (
     PROBE_DIR,
     PROCESS_CACHE,
     ConditionalPutCache,
     verify_conditional_put,
 )
-from committers.delta._storage import TableLocation
+from committers.delta.storage._storage import TableLocation
 from framework.errors import LocationNotWritableError, UnsafeStorageError
 from integration_tests._fault_proxy import FaultProxy
 from integration_tests._s3server import S3Server, free_port
@@ -172,7 +172,7 @@ def test_skip_makes_no_conditional_put_and_warns(
 ) -> None:
     with _proxy(s3, ignore_if_none_match=True) as proxy:
         location = TableLocation.of(table, s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint))
-        with caplog.at_level(logging.WARNING, logger="committers.delta._s3safety"):
+        with caplog.at_level(logging.WARNING, logger="committers.delta.storage._s3safety"):
             verify_conditional_put(location, skip=True, cache=ConditionalPutCache())
         assert proxy.requests.get("PUT", 0) == 0  # only the access check's listing
     assert "UNSAFE" in caplog.text

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from committers.delta._storage import (
+from committers.delta.storage._storage import (
     CREDENTIAL_RENEW_MARGIN,
     DEFAULT_S3_MAX_ATTEMPTS,
     CredentialIdentity,
@@ -377,7 +377,7 @@ def test_profile_on_both_sides(
 
 
 def test_raw_delta_rs_error_text_is_made_plain():
-    from committers.delta._table import plain_error_text
+    from committers.delta.table._table import plain_error_text
 
     raw = OSError(
         "\x1b[31mGeneric S3 error\x1b[0m: Error performing GET: response error "

@@ -13,9 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from committers.delta import _upsert_touched
-from committers.delta._storage import TableLocation
-from committers.delta._upsert_touched import (
+from committers.delta.spark import _upsert_touched
+from committers.delta.spark._upsert_touched import (
     Candidate,
     KeyColumn,
     SequenceColumn,
@@ -23,6 +22,7 @@ from committers.delta._upsert_touched import (
     driver_matches,
     keys_to_drop,
 )
+from committers.delta.storage._storage import TableLocation
 
 ID = KeyColumn("id", pa.int64(), partition=False)
 DAY = KeyColumn("day", pa.string(), partition=True)

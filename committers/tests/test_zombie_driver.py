@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from committers.delta._storage import TableLocation
-from committers.delta._table import remove_orphan_files
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._table import remove_orphan_files
 from committers.tests._delta_helpers import committed_files, data_files_on_disk, staging_leftovers
 from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import make_source

@@ -5,7 +5,7 @@ holds the worker's traceback. The first line naming one of our exception classes
 innermost raise in the worker) is turned back
 into that class, so ``except NullConstraintError`` works on the driver too. Our classes are
 those of ``framework.errors`` and every ``SinkError`` subclass a traceback names by its module
-(``committers.delta._stream.SourceTableChangedError: ...``), when that module is already
+(``committers.delta.read._stream.SourceTableChangedError: ...``), when that module is already
 imported in this process (nothing is imported because of a text).
 
 A streaming query that failed in its foreachBatch function carries the same kind of text in

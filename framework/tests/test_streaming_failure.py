@@ -95,11 +95,11 @@ class SourceGoneError(SinkError):
 
 def test_sink_error_subclasses_are_read_by_their_module_when_it_is_imported():
     """An error raised in Spark's Python streaming-source worker names its class by module
-    (``committers.delta._stream.SourceTableChangedError: ...``)."""
+    (``committers.delta.read._stream.SourceTableChangedError: ...``)."""
     text = (
         "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
         "perform latestOffset: Traceback (most recent call last):\n"
-        '  File "/repo/committers/delta/_stream.py", line 464, in _appended\n'
+        '  File "/repo/committers/delta/read/_stream.py", line 464, in _appended\n'
         f"{__name__}.SourceGoneError: version 3 removes 1 data file(s)\n"
         " SQLSTATE: 38000 SQLSTATE: XXKST\n"
     )

@@ -1,0 +1,1016 @@
+"""The driver side of the Delta sink: one idempotent Delta transaction per epoch.
+
+Each commit carries ``txn(app_id, epoch_id)`` and our commitInfo keys (writer identity, run id).
+delta-rs does not skip replays by itself (see the project notes), so the committer checks the
+table's txn version before staging and again on a fresh snapshot right before committing; the
+window between that check and the commit is covered by delta-rs's conflict detection, which makes
+exactly one of two racing commits of the same app id win.
+
+A one-off epoch (a bounded write without an app id, :attr:`Epoch.one_off`) can never be
+replayed, so its commit records no txn (one per such write would accumulate in the table's
+state forever, as delta-spark's plain ``df.write`` records none). What the txn does for other
+epochs is done by the run id in the commitInfo instead: an unknown commit outcome is reconciled
+by finding the run id in the commits made since the epoch was first checked, and the commit is
+made with ``max_commit_retries=0``, so delta-rs never rebases it past a commit it cannot tell
+is its own (an internal retry of a PUT that had landed): it lands on exactly the version after
+the snapshot it read, or fails and is reconciled, then retried on a fresh snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    Field,
+    PostCommitHookProperties,
+    Transaction,
+)
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from committers.delta.spark._replace_rewrite import replace_rows
+from committers.delta.spark._upsert import UpsertConflictError, classic_session
+from committers.delta.storage._retry import Backoff, commit_with_reconciliation
+from committers.delta.storage._staging import (
+    STAGING_DIR,
+    epoch_staging_dir,
+    is_run_manifest,
+    manifest_task_attempt,
+    read_manifests,
+)
+from committers.delta.storage._storage import ResolvedCredentials, TableLocation
+from committers.delta.storage._upload import abort_incomplete_uploads
+from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._replace_where import FileClassifier, ReplaceWhere, with_replace_where
+from committers.delta.table._rules import TableShape, WritePlan, new_table_schema, plan_write
+from committers.delta.table._schema import (
+    SINK_SPELLING,
+    OptionSpelling,
+    SchemaMode,
+    merge_schemas,
+    serialize_partition_value,
+)
+from committers.delta.table._table import (
+    COMMIT_APP_ID,
+    COMMIT_EPOCH_ID,
+    COMMIT_RUN_ID,
+    COMMIT_WRITER,
+    CommitRecord,
+    added_paths,
+    delete_files,
+    find_commit,
+    find_run,
+    removal_path,
+)
+from committers.delta.write._committable import (
+    DeltaCommittable,
+    Rewrite,
+    StagedFile,
+    StagedRewrite,
+    logged_records,
+)
+from committers.delta.write._options import Staging, WriterOptions
+from framework._crash import crash_point
+from framework.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    ConcurrentWriterError,
+    DestinationError,
+    EpochRegressionError,
+)
+from framework.sink import Epoch, GlobalCommitter
+
+__all__ = ["DeltaGlobalCommitter"]
+
+log = logging.getLogger("committers.delta")
+
+COMMIT_BACKOFF = Backoff(max_attempts=5, initial_delay=0.2, max_delay=5.0, deadline=60.0)
+#: A one-off epoch's append lands exactly on top of the snapshot it read (see the module
+#: docstring): each commit another writer makes meanwhile costs it an attempt, where delta-rs
+#: would have rebased it (up to 15 times) on its own.
+ONE_OFF_BACKOFF = Backoff(max_attempts=16, initial_delay=0.05, max_delay=2.0, deadline=60.0)
+LOG_CLEANUP_EVERY = 100
+RECENT_HISTORY = 256  # commits searched for other writers' app ids (once per new checkpoint)
+
+
+class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
+    """Commits each epoch's staged files as ONE Delta transaction keyed by (app id, epoch id).
+
+    Guarantees:
+        * an epoch whose txn the table already records is never committed again;
+        * if another instance sharing the app id committed the epoch, ``ConcurrentWriterError``
+          is raised instead of silently skipping (which would lose this instance's rows);
+        * an I/O failure during a commit is reconciled by re-reading the txn on a fresh
+          snapshot (never by a blind retry); if that stays impossible within ``backoff``,
+          ``CommitStateUnknownError``;
+        * ``clean_up`` deletes staged files of the epoch that no commit references, and never a
+          file that a commit of the epoch references.
+
+    Keeping commit cost flat as history grows: the table handle is kept between epochs and
+    advanced incrementally; delta-rs writes a log checkpoint at the table's checkpoint interval;
+    and expired-log cleanup, which delta-rs would otherwise run after *every* commit (a full
+    listing of ``_delta_log``), runs once every ``log_cleanup_every`` commits instead, still
+    honouring ``delta.enableExpiredLogCleanup`` and ``delta.logRetentionDuration``.
+    """
+
+    def __init__(
+        self,
+        location: TableLocation,
+        *,
+        plan: WritePlan,
+        input_schema: pa.Schema,
+        schema_mode: SchemaMode,
+        table_configuration: Mapping[str, str] | None = None,
+        backoff: Backoff = COMMIT_BACKOFF,
+        log_cleanup_every: int = LOG_CLEANUP_EVERY,
+        user_metadata: str | None = None,
+        overwrite: bool = False,
+        replace_where: ReplaceWhere | None = None,
+        rewrite_options: WriterOptions | None = None,
+        staging: Staging = "auto",
+        spelling: OptionSpelling = SINK_SPELLING,
+    ) -> None:
+        """``rewrite_options``, ``staging``: how an overwrite whose ``replace_where`` reads
+        data columns rewrites the files holding matching rows (see ``_replace_rewrite``)."""
+        self._location = location
+        self._spelling = spelling  # how the errors of a re-check name options
+        self._overwrite = overwrite
+        self._replace_where = replace_where
+        self._rewrite_options = rewrite_options or WriterOptions()
+        self._staging: Staging = staging
+        self._plan = plan
+        self._input_schema = input_schema
+        self._schema_mode = schema_mode
+        self._table_configuration = dict(table_configuration or {})
+        self._backoff = backoff
+        self._log_cleanup_every = log_cleanup_every
+        self._user_metadata = user_metadata
+        self._table: DeltaTable | None = None
+        self._credentials: ResolvedCredentials | None = None  # those self._table holds
+        self._versions: dict[tuple[str, str, int], int] = {}  # table version holding an epoch
+        self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
+        self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
+        # One-off epochs: the table version before this run could commit (-1: no table yet).
+        self._read_before: dict[tuple[str, str, int], int] = {}
+        # Task attempts of this run whose every file was committed: their manifests need no read.
+        self._committed_attempts: dict[tuple[str, str, int], set[int]] = {}
+        # The staging of an upsert's epoch (with its redo) from combine() until its commit.
+        self._rewrites: dict[tuple[str, str, int], StagedRewrite] = {}
+
+    # -- table handle ---------------------------------------------------------------------
+
+    def table(self) -> DeltaTable | None:
+        """The table handle, advanced to the latest version; ``None`` while no table exists
+        (the first commit creates it).
+
+        delta-rs keeps the credentials a handle was built with, so a handle whose S3
+        credentials expire (STS, SSO, instance roles, ``credential_process``) is rebuilt with
+        freshly resolved ones before they do (:attr:`ResolvedCredentials.renew_at`).
+        """
+        if self._table is not None and not self._credentials_due():
+            try:
+                self._table.update_incremental()
+                return self._table
+            except DeltaError as err:
+                # e.g. the handle is older than log files cleaned up since: load afresh.
+                log.info("reloading %s after failed incremental update: %s", self._location, err)
+        renewing = self._table is not None and self._credentials_due()
+        credentials = self._location.resolve_credentials() if self._location.is_s3 else None
+        if renewing and credentials is not None:
+            log.info(
+                "renewed credentials for %s: %s", self._location, credentials.identity.describe()
+            )
+        uri, options = self._location.uri, self._location.delta_storage_options(credentials)
+        self._table, self._credentials = None, credentials
+        if not DeltaTable.is_deltatable(uri, storage_options=options):
+            return None
+        self._table = DeltaTable(uri, storage_options=options)
+        return self._table
+
+    def _credentials_due(self) -> bool:
+        """Whether the handle's credentials are due for renewal."""
+        renew_at = None if self._credentials is None else self._credentials.renew_at
+        return renew_at is not None and time.time() >= renew_at
+
+    def last_committed_epoch(self, app_id: str) -> int | None:
+        """The newest epoch id the table records for ``app_id``, or ``None``."""
+        table = self.table()
+        return None if table is None else table.transaction_version(app_id)
+
+    def recent_app_ids(self, prefix: str) -> list[str]:
+        """App ids starting with ``prefix`` among the table's last ``RECENT_HISTORY`` commits."""
+        table = self.table()
+        if table is None:
+            return []
+        found = {
+            str(info[COMMIT_APP_ID])
+            for info in table.history(limit=RECENT_HISTORY)
+            if str(info.get(COMMIT_APP_ID, "")).startswith(prefix)
+        }
+        return sorted(found)
+
+    # -- GlobalCommitter ------------------------------------------------------------------
+
+    def is_committed(self, epoch: Epoch) -> bool:
+        table = self.table()
+        if epoch.one_off:  # a fresh identity: where its commit could appear starts here
+            self._read_before[_key(epoch)] = -1 if table is None else table.version()
+        held = self._holds(table, epoch)
+        crash_point("replay_check", epoch.epoch_id)
+        if not held:
+            self._checked_epoch = _key(epoch)
+        return held
+
+    def _check_same_writer(self, epoch: Epoch, record: CommitRecord) -> None:
+        """``record`` is the commit of ``epoch``: it must be this writer's."""
+        if record.writer_identity in (None, epoch.writer_identity):
+            return
+        raise ConcurrentWriterError(
+            f"app id {epoch.app_id!r} is used by two writers: batch {epoch.epoch_id} was "
+            f"committed at table version {record.version} by writer {record.writer_identity!r},"
+            f" not by this one ({epoch.writer_identity!r}). Skipping it would lose this "
+            "writer's rows; give each query its own app_id, or stop the other query (a new "
+            "checkpoint is a new query)."
+        )
+
+    def committed_rows(self, committables: list[StagedFile]) -> int:
+        """The rows the add actions of ``committables`` record (``numRecords`` of their
+        stats, what readers count)."""
+        return sum(logged_records(f) for f in committables)
+
+    def combine(self, epoch: Epoch, committables: list[StagedFile]) -> DeltaCommittable:
+        """One committable of the epoch's files; an upsert's staging (a
+        :class:`StagedRewrite`) also brings the files its commit removes. An overwrite whose
+        ``replace_where`` reads data columns rewrites here the files holding matching rows
+        (:func:`~committers.delta.spark._replace_rewrite.replace_rows`), for the same commit.
+
+        Raises:
+            StagingError, UnsupportedTableFeatureError: that rewrite failed or is impossible;
+                nothing is committed, and the engine's abort deletes what it wrote.
+        """
+        if not isinstance(committables, StagedRewrite) and self._rewrites_rows():
+            committables = self._replaced_rows(epoch, committables, attempt=0)
+        rewrite = None
+        if isinstance(committables, StagedRewrite):
+            rewrite = committables.rewrite
+            self._rewrites[_key(epoch)] = committables
+        return DeltaCommittable(
+            epoch=epoch, files=tuple(sorted(committables, key=lambda f: f.path)), rewrite=rewrite
+        )
+
+    def _rewrites_rows(self) -> bool:
+        where = self._replace_where
+        return where is not None and not where.on_partitions_only
+
+    def _replaced_rows(
+        self, epoch: Epoch, new_files: list[StagedFile], *, attempt: int
+    ) -> StagedRewrite:
+        """``new_files`` with the kept rows of the files the overwrite rewrites on the
+        newest snapshot; it can be redone once (``attempt`` 1, into a new directory)."""
+        assert self._replace_where is not None
+        table = self.table()
+        if table is None:  # the commit creates the table: nothing to replace
+            return StagedRewrite(new_files, rewrite=Rewrite(read_version=None))
+        kept, rewrite = replace_rows(
+            self._location,
+            table,
+            self._replace_where,
+            self._rewrite_options,
+            epoch,
+            attempt=attempt,
+            staging=self._staging,
+            session=classic_session(),
+        )
+        redo = None
+        if attempt == 0:
+            redo = lambda: self._replaced_rows(epoch, new_files, attempt=1)  # noqa: E731
+        return StagedRewrite([*new_files, *kept], rewrite=rewrite, redo=redo)
+
+    def commit(self, global_committables: list[DeltaCommittable]) -> list[DeltaCommittable]:
+        for committable in global_committables:
+            self._commit_one(committable)
+        return []
+
+    def _commit_one(self, committable: DeltaCommittable) -> None:
+        """Commit the epoch once; an upsert whose replaced files another writer removed
+        meanwhile is redone once on the newer snapshot (see :meth:`_redo`)."""
+        try:
+            while True:
+                try:
+                    self._commit_staged(committable)
+                    return
+                except _StaleRewrite as stale:
+                    committable = self._redo(committable, stale)
+        finally:
+            self._rewrites.pop(_key(committable.epoch), None)
+
+    def _redo(self, committable: DeltaCommittable, stale: _StaleRewrite) -> DeltaCommittable:
+        """The epoch computed again by its stager on the table's newest snapshot (Spark work,
+        into a new run directory whose manifest the epoch's clean-up reads too).
+
+        Raises:
+            UpsertConflictError: the epoch was redone already (or cannot be): nothing of it is
+                committed; the engine's abort deletes its staged files.
+        """
+        epoch = committable.epoch
+        staged = self._rewrites.get(_key(epoch))
+        if staged is not None and staged.redo is None and self._rewrites_rows():
+            raise CommitConflictError(
+                f"the overwrite (epoch {epoch.epoch_id} of app id {epoch.app_id!r}) could not "
+                f"be committed to {self._location.uri}: {stale} It was computed again on the "
+                "newer snapshot and another writer changed the files it replaces again. "
+                "Nothing of it was committed and its staged files are deleted; re-running the "
+                "write computes it on the table as it is then. Let one writer change these "
+                "rows, or retry at a quieter time."
+            ) from stale
+        if staged is None or staged.redo is None:
+            raise UpsertConflictError(
+                f"batch {epoch.epoch_id} of app id {epoch.app_id!r} could not be committed to "
+                f"{self._location.uri}: {stale} It was computed again on the newer snapshot "
+                "and another writer removed a file it rewrites again. Nothing of it was "
+                "committed and its staged files are deleted; restarting the query (or "
+                "re-running the write) computes it on the table as it is then. Let one writer "
+                "update these rows, or retry at a quieter time."
+            ) from stale
+        log.warning(
+            "batch %s of %r: %s Computing it again on the newest snapshot of %s.",
+            epoch.epoch_id,
+            epoch.app_id,
+            stale,
+            self._location.uri,
+        )
+        redo = staged.redo
+        staged.replace_with(redo())  # the epoch's metrics then describe what is committed
+        return self.combine(epoch, staged)
+
+    def _commit_staged(self, committable: DeltaCommittable) -> None:
+        """Commit once: retried with backoff, an unknown outcome reconciled through the txn."""
+        epoch = committable.epoch
+        attempts = 0
+
+        def attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            # Right after is_committed() refreshed the handle for this epoch, a second refresh
+            # would only repeat a listing of the log: a commit of the same app id landing in
+            # between is still caught by delta-rs's conflict check.
+            table: DeltaTable | None = self._table
+            if (
+                attempts > 1
+                or self._checked_epoch != _key(epoch)
+                or table is None
+                or self._credentials_due()  # staging took long: renew before committing
+            ):
+                table = self.table()
+            if table is None:
+                if self._create_with(committable):
+                    self._remember(committable, version=0)
+                    return
+                table = self.table()  # created by a concurrent writer: append to it
+                if table is None:
+                    raise CommitConflictError(f"{self._location.uri} vanished while committing")
+            if self._holds(table, epoch):  # committed before (delta-rs would commit it again)
+                return
+            self._check_plan(self._evolve_schema(table), epoch)
+            if committable.rewrite is not None:
+                _check_still_live(table, committable.rewrite)
+            read_version = table.version()
+            crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
+            self._write_commit(table, committable)
+            version = self._version_of_commit(table, read_version, epoch)
+            self._clean_expired_logs(table, committed_version=version or read_version + 1)
+            self._remember(committable, version=version)
+
+        try:
+            commit_with_reconciliation(
+                attempt,
+                is_committed=lambda: self._holds(self.table(), epoch),
+                backoff=ONE_OFF_BACKOFF if epoch.one_off else self._backoff,
+                description=f"commit of {_described(epoch)}",
+            )
+        except CommitStateUnknownError as err:
+            if isinstance(err.__cause__, CommitFailedError):
+                # delta-rs refused the last attempt (its conditional PUT lost) and the txn
+                # (or run id) confirmed nothing landed: a definite failure under contention.
+                raise CommitConflictError(
+                    f"{_described(epoch)} lost every commit race on {self._location.uri}; "
+                    "nothing was committed and "
+                    + ("writing it again" if epoch.one_off else "restarting")
+                    + " is safe."
+                ) from err.__cause__
+            if epoch.one_off:
+                advice = (
+                    f"Its commit would carry sink.runId={epoch.run_id!r} in its commitInfo "
+                    "(DeltaTable(...).history(), or python -m committers.delta inspect): if no "
+                    "commit does, write again; remove_orphan_files() deletes what it staged."
+                )
+            else:
+                advice = (
+                    "Restarting the query is safe: the batch is replayed, found in the table or "
+                    "committed once."
+                )
+            raise CommitStateUnknownError(
+                f"could not establish whether {_described(epoch)} was committed to "
+                f"{self._location.uri}: {err}. {advice}"
+            ) from err.__cause__
+        finally:
+            self._checked_epoch = None
+
+    def _write_commit(self, table: DeltaTable, committable: DeltaCommittable) -> None:
+        """One Delta commit of the epoch's files, on top of ``table``'s snapshot.
+
+        An append may land on a newer version (delta-rs rebases it past concurrent commits
+        that do not conflict). A commit that replaces data (complete mode, ``mode=
+        "overwrite"``) removes exactly what this snapshot holds, so it must land right on top
+        of it: delta-rs may not rebase it, and a concurrent commit fails it with
+        ``CommitFailedError``, which the caller's reconciliation retries on a fresh snapshot
+        (the staged files are reused; nothing is staged again). An upsert's commit (a
+        ``rewrite``) appends its adds with the removes of the files it rewrote, which the caller
+        found live in this snapshot: it must land right on top of it too.
+        """
+        epoch = committable.epoch
+        actions: list[AddAction | RemoveAction] = [_add_action(f) for f in committable.files]
+        replacing = self._overwrite or epoch.output_mode == "complete"
+        if self._replace_where is not None:
+            self._write_replacement(table, committable, actions)
+            return
+        if committable.rewrite is not None:
+            now = int(time.time() * 1000)
+            removes = [
+                RemoveAction(f.path, True, now, f.size) for f in committable.rewrite.replaced
+            ]
+            removed, actions = len(removes), [*removes, *actions]
+        elif replacing:  # delta-rs's overwrite removes every file of the snapshot
+            removed = len(table.file_uris())
+        else:
+            removed = 0
+        exact = replacing or committable.rewrite is not None
+        table.create_write_transaction(
+            actions,
+            mode="overwrite" if replacing else "append",
+            schema=table.schema(),
+            partition_by=list(self._plan.shape.partition_by) or None,
+            commit_properties=self._commit_properties(
+                committable, removed_files=removed, retries=0 if exact else None
+            ),
+            post_commithook_properties=_POST_COMMIT,
+        )
+
+    def _write_replacement(
+        self,
+        table: DeltaTable,
+        committable: DeltaCommittable,
+        adds: list[AddAction | RemoveAction],
+    ) -> None:
+        """The commit of an overwrite with ``replace_where``: its adds, and the removes of
+        the files it replaces in ``table``'s snapshot (:meth:`_files_replaced`), landing
+        right on top of that snapshot.
+
+        When the removed files are exactly the files of some partitions (always so for a
+        ``replace_where`` on partition columns), delta-rs's own overwrite removes them, so
+        the history records ``mode: Overwrite`` as delta-spark and delta-rs do; otherwise
+        (part of a partition rewritten, or of an unpartitioned table) the removes are
+        explicit actions, which delta-rs 1.6 accepts in an append only, recorded as
+        ``mode: Append``. The predicate is recorded either way.
+        """
+        removed, deleted = self._files_replaced(table, committable.rewrite)
+        filters = self._overwrite_filters(table, removed)
+        now = int(time.time() * 1000)
+        removes: list[AddAction | RemoveAction] = [
+            RemoveAction(path, True, now, f["size_bytes"]) for path, f in removed
+        ]
+        read_version = table.version()
+        table.create_write_transaction(
+            adds if filters is not None else [*removes, *adds],
+            mode="append" if filters is None else "overwrite",
+            schema=table.schema(),
+            partition_by=list(self._plan.shape.partition_by) or None,
+            partition_filters=filters or None,
+            commit_properties=self._commit_properties(
+                committable, removed_files=len(removed), retries=0, deleted_rows=deleted
+            ),
+            post_commithook_properties=_POST_COMMIT,
+        )
+        if filters is not None:  # (retries=0: it is the next version, or it raised)
+            self._check_removed(read_version + 1, {unquote(f["path"]) for _, f in removed})
+
+    def _check_removed(self, version: int, intended: set[str]) -> None:
+        """The commit at ``version``, whose removes delta-rs's overwrite derived from its
+        partition filters, removed exactly the ``intended`` files (decoded paths): the
+        filters were checked against delta-rs's file selection beforehand, through another
+        of its functions, so this confirms that both select alike.
+
+        Raises:
+            DestinationError: they differ; the commit stands (a removed file is still on
+                storage, so its rows can be added back), the message names the files.
+        """
+        path = self._location.path(f"_delta_log/{version:020d}.json")
+        try:
+            with self._location.filesystem().open(path, "rb") as handle:
+                actions = [json.loads(line) for line in handle.read().splitlines() if line]
+        except (OSError, ValueError) as err:  # the commit stands either way: no verdict
+            log.warning("could not read back version %s of %s: %s", version, path, err)
+            return
+        removed = {unquote(a["remove"]["path"]) for a in actions if "remove" in a}
+        if removed != intended:
+            raise DestinationError(
+                f"the overwrite committed version {version} of {self._location.uri}, and "
+                "delta-rs's overwrite removed other files than the replace_where selects: "
+                f"also {sorted(removed - intended)[:5]}, not {sorted(intended - removed)[:5]}. "
+                "The commit stands and removed files stay on storage; add back the rows of "
+                "those removed wrongly (read them with versionAsOf) and report this."
+            )
+
+    def _files_replaced(
+        self, table: DeltaTable, rewrite: Rewrite | None
+    ) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+        """The live files of ``table``'s snapshot the overwrite removes, each as the path a
+        ``RemoveAction`` takes and its row of ``get_add_actions(flatten=True)``: those whose
+        partition values make ``replace_where`` TRUE, and those ``rewrite`` replaced; and the
+        rows they delete, as far as the log counts them.
+
+        Raises:
+            _StaleRewrite: a live file that may hold matching rows was not read by ``rewrite``
+                (another writer added it since): the rewrite must be computed again.
+            UnsupportedTableFeatureError: a file to remove is logged in a spelling delta-rs
+                cannot reproduce in a remove (another writer encoded it differently): the
+                overwrite could not remove it, so it is refused.
+        """
+        assert self._replace_where is not None
+        shape = TableShape.of_table(table)
+        where = self._replace_where.bind(
+            shape.arrow_schema(), self._location.uri, shape.partition_by
+        )
+        classify = FileClassifier(where, shape)
+        replaced = {f.logged_path for f in rewrite.replaced} if rewrite else set()
+        examined = replaced | set(rewrite.unchanged if rewrite else ())
+        removed, unread = [], []
+        deleted = rewrite.metrics.get("numDeletedRows", 0) if rewrite else 0
+        for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+            if f["path"] in replaced:
+                removed.append(f)
+                continue
+            outcome = classify(f)
+            if outcome == "all":
+                removed.append(f)
+                deleted += f.get("num_records") or 0
+            elif outcome == "some" and f["path"] not in examined:
+                unread.append(f["path"])
+        if unread:
+            since = rewrite.read_version if rewrite else None
+            raise _StaleRewrite(
+                f"{len(unread)} files that may hold rows it replaces were added by another "
+                f"commit after version {since} (e.g. {unread[:3]}), so they were not read."
+            )
+        removals = []
+        for f in removed:
+            path = removal_path(f["path"])
+            if path is None:
+                raise UnsupportedTableFeatureError(
+                    f"cannot overwrite {self._location.uri} where {where.text}: "
+                    f"the log spells file {f['path']!r} in a URL encoding delta-rs cannot "
+                    "write in a remove action, so the file would stay. Nothing was "
+                    "committed; rewrite the partition with the tool that wrote it."
+                )
+            removals.append((path, f))
+        return removals, deleted
+
+    def _overwrite_filters(
+        self, table: DeltaTable, removed: list[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[str, str, str | list[str]]] | None:
+        """delta-rs partition filters (one conjunction: what its overwrite takes) under which
+        its overwrite removes exactly ``removed`` from ``table``'s snapshot (``[]``: every
+        file, no filter; empty ``in`` lists: none), or ``None`` when none does: part of a
+        partition kept, part of an unpartitioned table (or none of it) removed, or delta-rs
+        selecting other files than these (its ``= ''`` matches a NULL partition value logged
+        as null, not one logged as ``""``; its ``in`` matches no NULL)."""
+        partition_by = list(self._plan.shape.partition_by)
+        if not partition_by:
+            return [] if removed and len(removed) == len(table.file_uris()) else None
+        values: dict[str, set[str]] = {c: set() for c in partition_by}
+        for _, f in removed:
+            for c in partition_by:
+                value = serialize_partition_value(f.get(f"partition.{c}"))
+                values[c].add("" if value is None else value)  # delta-rs's NULL, verified
+        filters: list[tuple[str, str, str | list[str]]] = [
+            (c, "=", next(iter(values[c]))) if len(values[c]) == 1 else (c, "in", sorted(values[c]))
+            for c in partition_by
+        ]
+        with warnings.catch_warnings():  # (partition_filters is what its overwrite takes)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            selected = table.file_uris(partition_filters=filters)
+        chosen = {self._location.relative(u.split("://", 1)[-1]) for u in selected}
+        return filters if chosen == {unquote(f["path"]) for _, f in removed} else None
+
+    def _holds(self, table: DeltaTable | None, epoch: Epoch) -> bool:
+        """Whether ``table`` already holds ``epoch`` (before a commit, or to reconcile one).
+
+        The txn says whether the app id got this far; the commit history says by whom. If an
+        earlier attempt of this run landed, its files are what clean-up must keep.
+
+        Raises:
+            ConcurrentWriterError: another writer committed the epoch, or (streaming) moved the
+                app id past it.
+            EpochRegressionError: a bounded epoch below the recorded one that was never
+                committed (or whose commit is older than the history searched).
+        """
+        if table is None:
+            return False
+        if epoch.one_off:
+            return self._holds_run(table, epoch)
+        last = table.transaction_version(epoch.app_id)
+        if last is None or last < epoch.epoch_id:
+            return False
+        record, newest = find_commit(table, epoch.app_id, epoch.epoch_id)
+        if record is not None:
+            self._check_same_writer(epoch, record)
+            self._versions[_key(epoch)] = record.version
+            if record.run_id == epoch.run_id:
+                self._committed_paths[_key(epoch)] = added_paths(self._location, record.version)
+        elif last != epoch.epoch_id:
+            self._check_epoch_order(epoch, last, newest)
+        log.info("batch %s of %r is already in the table", epoch.epoch_id, epoch.app_id)
+        return True
+
+    def _holds_run(self, table: DeltaTable, epoch: Epoch) -> bool:
+        """Whether a commit of this run of the one-off ``epoch`` is in ``table``: searched in
+        the versions after the one :meth:`is_committed` read (the recent history if it was not
+        asked)."""
+        key = _key(epoch)
+        version = find_run(table, epoch.run_id, after_version=self._read_before.get(key))
+        if version is None:
+            return False
+        self._versions[key] = version
+        self._committed_paths[key] = added_paths(self._location, version)
+        log.info("the write %s is already in the table (version %d)", epoch.run_id, version)
+        return True
+
+    def _check_epoch_order(self, epoch: Epoch, last: int, newest: CommitRecord | None) -> None:
+        """``epoch`` is below the recorded ``last`` and its own commit was not found.
+
+        A streaming writer only moves forward, so if it made the newest commit of the app id,
+        the epoch is an old replay. Anything else is an error, never a silent skip.
+        """
+        if not epoch.bounded:
+            if newest is None or newest.writer_identity in (None, epoch.writer_identity):
+                return
+            raise ConcurrentWriterError(
+                f"app id {epoch.app_id!r} is used by two writers: the table already holds batch "
+                f"{newest.epoch_id} of it (table version {newest.version}, writer "
+                f"{newest.writer_identity!r}), so batch {epoch.epoch_id} of this writer "
+                f"({epoch.writer_identity!r}) would be skipped. Give each query its own app_id."
+            )
+        raise EpochRegressionError(
+            f"epoch {epoch.epoch_id} of app id {epoch.app_id!r} is lower than the newest epoch "
+            f"the table records for it ({last}), and no commit of epoch {epoch.epoch_id} is in "
+            "the table's recent history. Delta keys exactly-once writes by increasing ids per "
+            "app id (its txnVersion rule), so this epoch can be neither skipped as a replay nor "
+            f"committed. Nothing was written. For a new job (a backfill, say), use its own "
+            f"app_id; to continue this one, use an epoch_id above {last}."
+        )
+
+    def _clean_expired_logs(self, table: DeltaTable, committed_version: int) -> None:
+        """Every ``log_cleanup_every`` versions, delete log files past the table's log retention.
+
+        ``committed_version`` may be an underestimate after a conflict retry; it only sets the
+        cadence, so no extra listing of the log is spent to learn the exact version. Runs after
+        the commit landed, so it never fails the batch.
+        """
+        if committed_version % self._log_cleanup_every:
+            return
+        try:
+            table.update_incremental()
+            config = table.metadata().configuration
+            if str(config.get("delta.enableExpiredLogCleanup", "true")).lower() != "false":
+                table.cleanup_metadata()
+        except (DeltaError, OSError) as err:  # housekeeping only
+            log.warning("expired-log cleanup of %s failed: %s", self._location, err)
+
+    def _remember(self, committable: DeltaCommittable, version: int | None) -> None:
+        """What clean-up must keep (the files the commit of this run references), and the
+        version that holds the epoch."""
+        key = _key(committable.epoch)
+        self._committed_paths[key] = {f.path for f in committable.files}
+        self._committed_attempts[key] = {f.task_attempt_id for f in committable.files}
+        if version is not None:
+            self._versions[key] = version
+
+    def committed_version(self, epoch: Epoch) -> int | None:
+        return self._versions.get(_key(epoch))
+
+    def _version_of_commit(self, table: DeltaTable, read_version: int, epoch: Epoch) -> int | None:
+        """The version our commit landed at, from the log after ``read_version``: the next
+        version unless delta-rs rebased past concurrent commits (then searched by run id).
+        ``None`` if the log cannot tell (the commit stands either way)."""
+        try:
+            table.update_incremental()
+            if table.version() == read_version + 1:
+                return read_version + 1  # nothing but our commit landed since the read
+            if epoch.one_off:
+                return find_run(table, epoch.run_id, after_version=read_version)
+            record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
+        except (DeltaError, OSError) as err:  # metrics only
+            log.info("version of batch %s not read back: %s", epoch.epoch_id, err)
+            return None
+        return record.version if record is not None and record.run_id == epoch.run_id else None
+
+    def _commit_properties(
+        self,
+        committable: DeltaCommittable,
+        *,
+        removed_files: int = 0,
+        retries: int | None = None,
+        deleted_rows: int | None = None,
+    ) -> CommitProperties:
+        """The txn that makes the commit idempotent; our keys, delta-spark's streaming
+        operation parameters and metrics, and the user's metadata in its commitInfo. A one-off
+        epoch records no txn and of our keys only its run id (its app id is made up)."""
+        epoch = committable.epoch
+        files = committable.files
+        keys = {COMMIT_RUN_ID: epoch.run_id}
+        if not epoch.one_off:
+            keys = {
+                COMMIT_APP_ID: epoch.app_id,
+                COMMIT_EPOCH_ID: str(epoch.epoch_id),
+                COMMIT_WRITER: epoch.writer_identity,
+                **keys,
+            }
+        metadata: dict[str, Any] = {
+            **keys,
+            # A replay check reads only txns; complete mode replaces what it read, an upsert
+            # rewrites the files holding its keys.
+            "isBlindAppend": epoch.output_mode == "append"
+            and not self._overwrite
+            and committable.rewrite is None,
+            "operationParameters": _operation_parameters(
+                epoch, self._replace_where, committable.rewrite
+            ),
+            "operationMetrics": {  # strings, as delta-spark writes them
+                "numFiles": str(len(files)),
+                "numAddedFiles": str(len(files)),
+                "numRemovedFiles": str(removed_files),
+                "numOutputRows": str(sum(f.num_records for f in files)),
+                "numOutputBytes": str(sum(f.size for f in files)),
+            },
+        }
+        if committable.rewrite is not None:
+            metadata["operationMetrics"].update(
+                {name: str(value) for name, value in committable.rewrite.metrics.items()}
+            )
+            if committable.rewrite.read_version is not None:
+                metadata["readVersion"] = committable.rewrite.read_version
+        if deleted_rows is not None:
+            metadata["operationMetrics"]["numDeletedRows"] = str(deleted_rows)
+        user_metadata = epoch.user_metadata or self._user_metadata
+        if user_metadata:
+            metadata["userMetadata"] = user_metadata
+        return CommitProperties(
+            app_transactions=None if epoch.one_off else [Transaction(epoch.app_id, epoch.epoch_id)],
+            custom_metadata=metadata,
+            max_commit_retries=0 if epoch.one_off else retries,
+        )
+
+    def _create_with(self, committable: DeltaCommittable) -> bool:
+        """Create the table with the epoch's files in ONE commit (protocol, metadata, adds and
+        txn), so a failed first write leaves no table behind. Returns ``False`` if another
+        writer created the table first (this epoch then appends to it)."""
+        epoch = committable.epoch
+        shape = self._plan.shape
+        try:
+            create_table_with_add_actions(
+                self._location.uri,
+                DeltaSchema.from_arrow(new_table_schema(self._input_schema)),  # as planned
+                [_add_action(f) for f in committable.files],
+                mode="error",
+                partition_by=list(shape.partition_by) or None,
+                configuration=self._table_configuration or None,
+                storage_options=self._location.delta_storage_options(),
+                commit_properties=self._commit_properties(committable, retries=0),
+                post_commithook_properties=_POST_COMMIT,
+            )
+        except Exception:
+            uri, options = self._location.uri, self._location.delta_storage_options()
+            if DeltaTable.is_deltatable(uri, storage_options=options):
+                log.info("table %s was created concurrently; appending to it", uri)
+                return False
+            raise
+        log.info(
+            "created table %s with batch %s of %r", self._location.uri, epoch.epoch_id, epoch.app_id
+        )
+        return True
+
+    def _check_plan(self, shape: TableShape, epoch: Epoch) -> None:
+        """Commit only if the table (``shape``, as it is now) still asks for exactly what the
+        rows were staged under: a constraint, feature or schema change since staging fails the
+        batch, nothing committed.
+
+        Raises:
+            CommitConflictError: the table's rules changed; a restart re-stages the batch under
+                the new rules (and reports the rows that break them).
+            UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
+                input can no longer be written at all.
+        """
+        current = plan_write(
+            shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
+        )
+        if self._replace_where is not None:
+            current, _ = with_replace_where(current, self._replace_where, self._location.uri)
+        staged = self._plan
+        if (current.input_plan, current.layout) == (staged.input_plan, staged.layout):
+            return
+        raise CommitConflictError(
+            f"the table {self._location.uri} changed while batch {epoch.epoch_id} of "
+            f"{epoch.app_id!r} was being staged (its schema, constraints, generated columns, "
+            "column mapping or features), so the staged rows were checked against rules that "
+            "no longer hold. Nothing was committed; restarting the query re-stages the batch "
+            "under the table's current rules."
+        )
+
+    def _evolve_schema(self, table: DeltaTable) -> TableShape:
+        """In merge mode, first add the input's new columns to the table; returns the table's
+        shape after that.
+
+        Adding columns is its own metadata-only commit (delta-rs cannot attach a schema change
+        to a write transaction). It is idempotent: after a crash the columns exist and are not
+        added again; all new columns are nullable, so no reader sees invalid data.
+        """
+        shape = TableShape.of_table(table)
+        current = shape.arrow_schema()
+        merged = merge_schemas(
+            current, self._input_schema, self._schema_mode, shape.generated_columns, self._spelling
+        )
+        if len(merged) > len(current):
+            new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
+            table.alter.add_columns(new_fields)
+            crash_point("schema_merge")
+            table.update_incremental()
+            log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
+            return TableShape.of_table(table)
+        return shape
+
+    # -- staged files ---------------------------------------------------------------------
+
+    def _committed_files(self, epoch: Epoch) -> tuple[bool, set[str] | None]:
+        """(is ``epoch`` committed, the files its commit references). The files are ``None``
+        when the epoch is committed but its commit is no longer in recent history."""
+        known = self._committed_paths.get(_key(epoch))
+        if known is not None:
+            return True, known
+        table = self.table()
+        if epoch.one_off:
+            if table is not None and self._holds_run(table, epoch):
+                return True, self._committed_paths[_key(epoch)]
+            return False, set()
+        last = None if table is None else table.transaction_version(epoch.app_id)
+        if table is None or last is None or last < epoch.epoch_id:
+            return False, set()
+        record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
+        return True, None if record is None else added_paths(self._location, record.version)
+
+    def clean_up(self, epoch: Epoch) -> None:
+        """Delete staged files of ``epoch`` that no commit references, then their manifests.
+
+        Once the epoch is committed, leftovers of *every* run of it are deleted (failed task
+        attempts, a crashed earlier run, a zombie's copy). While it is not committed, only this
+        run's own staging is deleted: another run of the same writer (a zombie driver, a
+        concurrent re-run of a bounded write) may still be about to commit its files.
+        """
+        attempts = self._committed_attempts.pop(_key(epoch), set())
+        manifests = read_manifests(
+            self._location,
+            epoch,
+            known=lambda m: is_run_manifest(m, epoch) and manifest_task_attempt(m) in attempts,
+        )
+        committed, committed_files = self._committed_files(epoch)
+        self._committed_paths.pop(_key(epoch), None)
+        self._read_before.pop(_key(epoch), None)
+        if not manifests:
+            return
+        if committed_files is None:
+            log.warning(
+                "batch %s is committed but its commit is not in recent history; leaving its "
+                "staged files for remove_orphan_files()",
+                epoch.epoch_id,
+            )
+            return
+        if not committed:
+            manifests = {m: f for m, f in manifests.items() if is_run_manifest(m, epoch)}
+        orphans = set().union(*(m.files for m in manifests.values())) - committed_files
+        fs = self._location.filesystem()
+        delete_files(fs, [self._location.path(relative) for relative in sorted(orphans)])
+        crash_point("clean_up", epoch.epoch_id)
+        abort_incomplete_uploads(self._location, orphans)  # of attempts killed mid-upload
+        for directory in set().union(*(m.directories for m in manifests.values())):
+            _remove_empty_directories(self._location, directory)
+        delete_files(fs, sorted(manifests))
+        _remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
+
+    def abort(self, epoch: Epoch) -> None:
+        """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
+        self.clean_up(epoch)
+
+
+def _described(epoch: Epoch) -> str:
+    if epoch.one_off:
+        return f"the write {epoch.run_id} (without app id)"
+    return f"batch {epoch.epoch_id} of app id {epoch.app_id!r}"
+
+
+def _key(epoch: Epoch) -> tuple[str, str, int]:
+    return (epoch.app_id, epoch.writer_identity, epoch.epoch_id)
+
+
+_POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+
+def _operation_parameters(
+    epoch: Epoch, replace_where: ReplaceWhere | None, rewrite: Rewrite | None = None
+) -> dict[str, str]:
+    """delta-spark's STREAMING UPDATE parameters, or a replaceWhere's ``predicate`` as the
+    text given (as delta-spark and delta-rs record a WRITE's; merged into delta-rs's own
+    ``mode``); an upsert's ``upsertKeys``. A one-off epoch has no id."""
+    if epoch.bounded:
+        parameters = {} if epoch.one_off else {"epochId": str(epoch.epoch_id)}
+        if replace_where is not None:
+            parameters["predicate"] = replace_where.text
+    else:
+        parameters = {"outputMode": epoch.output_mode.capitalize(), "epochId": str(epoch.epoch_id)}
+        if epoch.query_id is not None:
+            parameters["queryId"] = epoch.query_id
+    if rewrite is not None and rewrite.keys:
+        parameters["upsertKeys"] = json.dumps(list(rewrite.keys))
+    return parameters
+
+
+class _StaleRewrite(Exception):
+    """A file an upsert replaces is no longer live: the batch was computed on rows another
+    writer has changed since. Never committed; handled by :meth:`_commit_one`."""
+
+
+def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
+    """Every file ``rewrite`` replaces is live in ``table``'s snapshot (where the commit, made
+    with ``max_commit_retries=0``, lands right on top).
+
+    Raises:
+        _StaleRewrite: naming the files another commit removed.
+    """
+    if not rewrite.replaced:
+        return
+    live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+    gone = [f.logged_path for f in rewrite.replaced if f.logged_path not in live]
+    if gone:
+        raise _StaleRewrite(
+            f"{len(gone)} of the {len(rewrite.replaced)} files it rewrites were removed by "
+            f"another commit after version {rewrite.read_version} (e.g. {gone[:3]}), so it "
+            "was computed on rows that have changed since."
+        )
+
+
+def _add_action(staged: StagedFile) -> AddAction:
+    return AddAction(
+        path=staged.path,
+        size=staged.size,
+        partition_values=dict(staged.partition_values),
+        modification_time=staged.modification_time,
+        data_change=True,
+        stats=staged.stats,
+    )
+
+
+def _remove_empty_directories(location: TableLocation, relative: str) -> None:
+    """Remove the empty directories at and below ``relative`` (a run directory whose
+    uncommitted files were deleted), on file systems that have real directories."""
+    if not location.is_local:
+        return
+    top = location.path(relative)
+    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)  # fails, as it should, while a committed file remains
+
+
+def _remove_empty_staging_dirs(location: TableLocation, relative: str) -> None:
+    """Remove the staging directory ``relative`` and its parents (below ``_sink_staging``)
+    while they are empty, on file systems that have real directories."""
+    if not location.is_local:
+        return
+    parts = relative.split("/")
+    while len(parts) > 1 and parts[0] == STAGING_DIR:
+        try:
+            os.rmdir(location.path("/".join(parts)))
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # not empty: another run or epoch is still staging there
+        parts.pop()

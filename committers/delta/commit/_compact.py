@@ -1,0 +1,958 @@
+"""Compaction: small files of a Delta table rewritten in Spark tasks, committed as ONE
+``dataChange=false`` transaction that is safe while other writers append.
+
+1. **Plan** (driver, snapshot version V). Live files smaller than the target, with a record
+   count in their stats, are bin-packed per partition into groups of about
+   ``target_file_size`` bytes; a group of one file is left alone.
+2. **Rewrite**, into a run directory under the table root named by a staging manifest first.
+   By default (``staging="auto"`` or ``"arrow"``) Python tasks read each group's files with
+   pyarrow and write them as one file (:mod:`committers.delta.spark._arrow_rewrite`): the rows never
+   pass through the JVM. With ``staging="spark"``: one scan of every grouped file with
+   the table's schema, each row tagged with its group through ``_metadata.file_path``, one
+   shuffle partition per group, and
+   :class:`~committers.delta.spark._spark_staging.SparkParquetStager` writes the rows (INT64
+   timestamps, footer stats, Spark's commit protocol dropping failed attempts). Either way the
+   partition values are carried as the exact strings the log stores for the group; the files
+   collected must hold exactly the rows the job wrote, as it counted them (a Spark
+   observation, or the Python tasks' own counts), and the rows written are then counted per
+   partition against the stats of the files they replace (rows in == rows out); any
+   difference fails the compaction with ``RowCountMismatchError``.
+3. **Commit** (driver), on a fresh snapshot each attempt: if every file to remove is still
+   live and the table's layout and features are unchanged, commit removes + adds with
+   ``max_commit_retries=0``, so delta-rs writes exactly the next version or fails. A
+   concurrent append makes the attempt fail and the next one succeed on the newer snapshot
+   (the Spark work is not redone); a file removed meanwhile by someone else (another
+   compaction, a rewrite) raises :class:`CompactionConflictError` and the compaction's files
+   are deleted.
+
+Why the check is ours: delta-rs 1.6.6's ``create_write_transaction`` does no conflict check
+for removes: two transactions removing the same file both commit (with both rewritten copies
+of its rows added), as does a remove whose path names no live file. With
+``max_commit_retries=0`` a commit whose version another writer took fails with
+``CommitFailedError`` instead of being rebased. Checked on this machine;
+``test_delta_compact.py`` pins these facts.
+
+Paths: ``get_add_actions`` gives each path as the log stores it (URL-encoded), while
+delta-rs encodes the path of a ``RemoveAction`` itself. A file is only removed when
+encoding its decoded path the way delta-rs does gives back the logged path exactly
+(otherwise the remove would miss it and its rows would be doubled); other files are left
+alone, with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, RemoveAction
+
+from committers.delta.commit._committer import _remove_empty_staging_dirs
+from committers.delta.spark._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
+from committers.delta.spark._spark_staging import (
+    SparkParquetStager,
+    hadoop_can_write,
+    run_directory,
+    spark_manifest_path,
+    spark_uri,
+)
+from committers.delta.storage._retry import Backoff, commit_with_reconciliation
+from committers.delta.storage._s3safety import verify_conditional_put
+from committers.delta.storage._staging import write_manifest
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._delta_schema import parse_arrow_schema, quote, spark_type, walk
+from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._rules import FileLayout, TableShape, plan_write
+from committers.delta.table._schema import HIVE_NULL
+from committers.delta.table._snapshot import Snapshot, reader_features
+from committers.delta.table._table import COMMIT_RUN_ID, delta_rs_path, open_table
+from committers.delta.write._committable import StagedFile, logged_records
+from committers.delta.write._options import Staging, WriterOptions, check_staging
+from framework.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    ConfigurationError,
+    NotATableError,
+    RowCountMismatchError,
+    SinkError,
+)
+from framework.sink import Epoch
+from framework.spark._files import parquet_files
+from framework.spark._native import is_connect_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "COMMIT_OPERATION",
+    "MIN_TARGET_FILE_SIZE",
+    "CompactionConflictError",
+    "CompactionResult",
+    "PartitionFilter",
+    "compact_table",
+]
+
+log = logging.getLogger("committers.delta")
+
+#: Smallest ``target_file_size`` accepted: below it compaction would only make small files.
+MIN_TARGET_FILE_SIZE = 1024 * 1024
+#: commitInfo key naming the sink operation of a commit that is not a batch.
+COMMIT_OPERATION = "sink.operation"
+OPERATION_COMPACTION = "compaction"
+#: Commit attempts: each fails fast (``max_commit_retries=0``) when another commit took the
+#: version, and the next one re-checks the removed files on the newer snapshot.
+COMPACTION_BACKOFF = Backoff(max_attempts=10, initial_delay=0.05, max_delay=2.0, deadline=300.0)
+#: The epoch that names the compaction's run directory and staging manifest.
+COMPACTION_APP_ID = "sink-compaction"
+
+# Hadoop expands these in the paths Spark is given to read: such files are left alone.
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+_KEY = "__sink_compaction_file__"
+_GROUP = "__sink_compaction_group__"
+_POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+#: delta-rs partition filters: ``[("day", "=", "2026-11-21"), ("region", "in", ["eu", "us"])]``
+#: (a conjunction), or a list of such lists (a disjunction of conjunctions).
+PartitionFilter = Sequence[Any]
+
+
+class CompactionConflictError(CommitConflictError):
+    """A file the compaction rewrote was removed from the table by another commit (another
+    compaction, a delete or overwrite) while it ran, or the table's schema or features
+    changed. Nothing was committed and the compaction's files were deleted; running the
+    compaction again plans against the table as it is now."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionResult:
+    """What one compaction did.
+
+    Attributes:
+        version: the table version of the compaction commit; ``None`` when there was nothing
+            to compact (nothing was written or committed).
+        read_version: the snapshot the files were planned from.
+        files_removed: small files replaced (``dataChange=false`` removes).
+        files_added: files written in their place (``dataChange=false`` adds).
+        bytes_before: total size of the removed files.
+        bytes_after: total size of the added files.
+        rows: rows rewritten (the same rows, now in fewer files).
+    """
+
+    version: int | None
+    read_version: int
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class _File:
+    """A live file of the snapshot, as the log names it."""
+
+    logged_path: str  # as the log stores it (URL-encoded): the key of liveness checks
+    path: str  # decoded, relative to the table root: what is read, and what a remove names
+    size: int
+    records: int
+    partition: tuple[str | None, ...]  # as the log spells the values, in partition order
+
+
+@dataclass(frozen=True)
+class _Group:
+    partition: tuple[str | None, ...]
+    files: tuple[_File, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+
+def compact_table(
+    spark: SparkSession,
+    location: TableLocation,
+    *,
+    target_file_size: int,
+    partition_filter: PartitionFilter | None = None,
+    compression: str = WriterOptions.compression,
+    staging: Staging = "auto",
+    user_metadata: str | None = None,
+    skip_conditional_put_check: bool = False,
+    backoff: Backoff = COMPACTION_BACKOFF,
+    before_commit: Callable[[int], None] | None = None,
+) -> CompactionResult:
+    """Rewrite the small files of the table at ``location`` into files of about
+    ``target_file_size`` bytes (see the module docstring); ``DeltaSink.compact`` is the
+    public entry point.
+
+    Guarantees: readers see exactly the same rows before and after (the commit's adds and
+    removes carry ``dataChange=false``, so streaming readers skip it); the commit carries no
+    ``txn``; partition values are copied as the log spells them (null included). On any
+    failure before the commit, nothing is committed and the compaction's files and staging
+    manifest are deleted.
+
+    Args:
+        staging: who rewrites the files: ``"arrow"`` and ``"auto"``, Python tasks with pyarrow
+            (:mod:`committers.delta.spark._arrow_rewrite`; rows never enter the JVM, several times
+            faster on small files); ``"spark"``, Spark's own reader and writer.
+        before_commit: test seam, called with the attempt number (1, 2, ...) right before
+            each commit request, after the removed files were found live.
+
+    Raises:
+        ConfigurationError: ``target_file_size`` under 1 MiB, a ``partition_filter`` naming a
+            column that is not a partition column, a Spark Connect session, or with
+            ``staging="spark"`` storage Spark cannot write or NOT NULL fields inside structs.
+        NotATableError: there is no Delta table at ``location`` (nothing there, or files
+            without a ``_delta_log``); nothing is written.
+        UnsupportedTableFeatureError: the table needs a writer feature the sink cannot honour,
+            or uses deletion vectors or column mapping.
+        CompactionConflictError: another commit removed a file being compacted (or changed the
+            table's schema or features) meanwhile; nothing committed, files deleted.
+        CommitConflictError: every commit attempt lost a race; nothing committed.
+        CommitStateUnknownError: the commit's outcome could not be established; the written
+            files are kept (``remove_orphan_files`` reclaims them if it did not land).
+        StagingError: the rewrite failed; nothing committed. Its subclass
+            RowCountMismatchError: the rewrite did not reproduce the rows (the files to add
+            hold other than the rows written, or than the rows of the files they replace).
+    """
+    target = _check_target_file_size(target_file_size)
+    check_staging(staging)
+    if is_connect_dataframe(spark.range(0)):
+        raise ConfigurationError(
+            "compaction runs Spark tasks from the driver's SparkContext, which a Spark Connect "
+            "client does not have; run it in a classic session (or with delta-rs's "
+            "DeltaTable.optimize.compact())."
+        )
+    table = None
+    with contextlib.suppress(NotATableError):  # files but no log: the same answer as below
+        table = open_table(location)
+    if table is None:
+        raise NotATableError(
+            f"{location.uri} is not a Delta table (no _delta_log there): compaction rewrites "
+            "the files of an existing table. Check the path; nothing was written."
+        )
+    shape = TableShape.of_table(table)
+    layout = _check_compactable(shape, table, location.uri)
+    if staging == "spark":
+        _check_spark_can_rewrite(spark, shape, location.uri)
+    partition_by = shape.partition_by
+    filters = _check_partition_filter(partition_filter, partition_by)
+    read_version = table.version()
+    groups = _plan(table, partition_by, filters, target, location.uri)
+    if not groups:
+        log.info("compaction of %s at version %d: nothing to compact", location.uri, read_version)
+        return CompactionResult(version=None, read_version=read_version)
+    verify_conditional_put(location, skip=skip_conditional_put_check)
+
+    run_id = str(uuid.uuid4())
+    epoch = Epoch(
+        app_id=COMPACTION_APP_ID, epoch_id=0, writer_identity=run_id, run_id=run_id, bounded=True
+    )
+    options = WriterOptions(target_file_size=target, compression=compression)
+    try:
+        if staging == "spark":
+            staged = _rewrite(spark, location, layout, groups, options, epoch)
+        else:
+            snapshot = Snapshot(
+                location, read_version, shape, reader_features(table)[1], table.schema().to_json()
+            )
+            staged = _rewrite_with_arrow(spark, snapshot, layout, groups, options, epoch)
+    except BaseException:
+        _discard(location, epoch)
+        raise
+    removed = [f for g in groups for f in g.files]
+    committer = _Commit(
+        table,
+        location,
+        layout,
+        removed,
+        staged,
+        run_id=run_id,
+        operation_parameters=_operation_parameters(filters, target),
+        user_metadata=user_metadata,
+        before_commit=before_commit,
+    )
+    try:
+        version = committer.run(backoff)
+    except CommitStateUnknownError:
+        log.warning(
+            "compaction %s of %s: commit outcome unknown; its files under %s are kept "
+            "(remove_orphan_files() deletes them if the commit did not land)",
+            run_id,
+            location.uri,
+            run_directory(epoch),
+        )
+        raise
+    except Exception:  # raised before the commit request, or it definitely did not land
+        _discard(location, epoch)
+        raise
+    # (KeyboardInterrupt / SystemExit during the request: it may have landed, files kept.)
+    _finish(location, epoch, {f.path for f in staged})
+    result = CompactionResult(
+        version=version,
+        read_version=read_version,
+        files_removed=len(removed),
+        files_added=len(staged),
+        bytes_before=sum(f.size for f in removed),
+        bytes_after=sum(f.size for f in staged),
+        rows=sum(f.records for f in removed),
+    )
+    log.info(
+        "compacted %s: %d files (%d bytes) into %d (%d bytes), %d rows, version %s",
+        location.uri,
+        result.files_removed,
+        result.bytes_before,
+        result.files_added,
+        result.bytes_after,
+        result.rows,
+        version,
+    )
+    return result
+
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+def _check_target_file_size(target_file_size: object) -> int:
+    if (
+        not isinstance(target_file_size, int)
+        or isinstance(target_file_size, bool)
+        or target_file_size < MIN_TARGET_FILE_SIZE
+    ):
+        raise ConfigurationError(
+            f"target_file_size must be an integer of at least {MIN_TARGET_FILE_SIZE} bytes "
+            f"(1 MiB), got {target_file_size!r}: compaction packs small files into files of "
+            "about this size. Use e.g. target_file_size=128 * 1024 * 1024 (the sink's default)."
+        )
+    return target_file_size
+
+
+def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLayout:
+    """The layout of the table's files, if compaction can rewrite them.
+
+    Raises:
+        UnsupportedTableFeatureError: as the sink refuses the table, or deletion vectors /
+            column mapping.
+        ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
+    """
+    # The sink's own refusal first (identity columns, row tracking, unknown features, ...).
+    layout = plan_write(shape, shape.arrow_schema(), "strict", uri).layout
+    reader_features = set(table.protocol().reader_features or ())
+    if "deletionVectors" in shape.features or "deletionVectors" in reader_features:
+        raise UnsupportedTableFeatureError(
+            f"table {uri} uses deletion vectors: compaction reads the Parquet files directly "
+            "and would bring back the rows the vectors delete, so nothing was done. Compact "
+            "it with an engine that applies them (delta-spark's OPTIMIZE, delta-rs's "
+            "DeltaTable.optimize.compact())."
+        )
+    if shape.column_mapping:
+        raise UnsupportedTableFeatureError(
+            f"table {uri} uses column mapping: compaction does not write columns under their "
+            "physical names yet, so nothing was done. Compact it with delta-spark's OPTIMIZE "
+            "(delta-rs 1.6 refuses OPTIMIZE on such tables too)."
+        )
+    return layout
+
+
+def _check_spark_can_rewrite(spark: SparkSession, shape: TableShape, uri: str) -> None:
+    """Refuse what only Spark's reader and writer cannot do (``staging="spark"``).
+
+    Raises:
+        ConfigurationError: Spark cannot write the table's storage, or the table has NOT NULL
+            fields inside structs.
+    """
+    if not hadoop_can_write(spark.range(0), uri):
+        raise ConfigurationError(
+            f"compaction with staging='spark' rewrites files with Spark's own Parquet reader "
+            f"and writer, and Spark cannot write {uri} here (no Hadoop file system for its "
+            "scheme, e.g. s3:// without hadoop-aws, or a Spark Connect session). Use "
+            "staging='arrow' or 'auto' (Python tasks rewrite the files)."
+        )
+    if any(len(path) > 1 and not f.nullable for path, f in walk(shape.schema)):
+        raise ConfigurationError(
+            f"table {uri} has NOT NULL fields inside structs, which Spark's Parquet writer "
+            "writes as optional fields that deltalake's reader then refuses; nothing was done. "
+            "Compact it with staging='arrow' or 'auto'."
+        )
+
+
+def _filter_literals(partition_filter: PartitionFilter) -> list[Any]:
+    if partition_filter and all(isinstance(c, list) for c in partition_filter):
+        return [literal for conjunction in partition_filter for literal in conjunction]
+    return list(partition_filter)
+
+
+def _check_partition_filter(
+    partition_filter: PartitionFilter | None, partition_by: Sequence[str]
+) -> list[Any] | None:
+    """The filter as delta-rs takes it, once every column it names is a partition column."""
+    if partition_filter is None:
+        return None
+    if isinstance(partition_filter, (str, bytes)) or not isinstance(partition_filter, Sequence):
+        raise ConfigurationError(
+            "partition_filter must be a list of (column, op, value) tuples, e.g. "
+            f"[('day', '=', '2026-11-21')], got {partition_filter!r}"
+        )
+    literals = _filter_literals(partition_filter)
+    if not literals:
+        raise ConfigurationError(
+            "partition_filter is empty; pass None to compact every partition, or a list of "
+            "(column, op, value) tuples"
+        )
+    for literal in literals:
+        if not isinstance(literal, tuple) or len(literal) != 3:
+            raise ConfigurationError(
+                "partition_filter must be a list of (column, op, value) tuples (or a list of "
+                f"such lists), got the item {literal!r}"
+            )
+        column = literal[0]
+        if column not in partition_by:
+            where = (
+                f"the table's partition columns are {list(partition_by)}"
+                if partition_by
+                else "the table is not partitioned (compact it without a partition_filter)"
+            )
+            raise ConfigurationError(
+                f"partition_filter names {column!r}, which is not a partition column: {where}. "
+                "Compaction selects whole partitions; filter on partition columns only."
+            )
+    return list(partition_filter)
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+def _plan(
+    table: DeltaTable,
+    partition_by: Sequence[str],
+    filters: list[Any] | None,
+    target: int,
+    uri: str,
+) -> list[_Group]:
+    """Groups of two or more small files of one partition, about ``target`` bytes each."""
+    actions = pa.table(table.get_add_actions(flatten=False))
+    if actions.num_rows == 0:
+        return []
+    spellings = _PartitionSpellings(table, partition_by, actions)
+    allowed: set[tuple[str | None, ...]] | None = None
+    if filters is not None:
+        try:
+            chosen = table.partitions(file_pruning_predicate=filters)
+        except (ValueError, TypeError, DeltaError) as err:
+            raise ConfigurationError(f"partition_filter {filters!r} is invalid: {err}") from err
+        allowed = {tuple(p.get(c) for c in partition_by) for p in chosen}
+    paths = actions.column("path").to_pylist()
+    sizes = actions.column("size_bytes").to_pylist()
+    records = actions.column("num_records").to_pylist()
+    small: dict[tuple[str | None, ...], list[_File]] = defaultdict(list)
+    left_alone: list[str] = []
+    for index, logged in enumerate(paths):
+        if sizes[index] >= target or records[index] is None:
+            continue  # big enough, or no record count to check the rewrite against
+        decoded = unquote(logged)
+        partition = spellings.of(index, decoded)
+        if allowed is not None and (partition is None or partition not in allowed):
+            if partition is None:
+                left_alone.append(logged)
+            continue
+        if (
+            partition is None
+            or delta_rs_path(decoded) != logged  # a remove would not match it
+            or "://" in decoded
+            or decoded.startswith("/")  # absolute: not a file of this table's directory
+            or _GLOB_CHARACTERS & set(decoded)
+        ):
+            left_alone.append(logged)
+            continue
+        small[partition].append(_File(logged, decoded, sizes[index], records[index], partition))
+    if left_alone:
+        log.warning(
+            "compaction of %s leaves %d small files alone: their path or partition values "
+            "cannot be carried over exactly (e.g. %s)",
+            uri,
+            len(left_alone),
+            left_alone[:3],
+        )
+    groups = []
+    for partition, files in small.items():
+        groups.extend(_bin_pack(partition, files, target))
+    return groups
+
+
+def _bin_pack(
+    partition: tuple[str | None, ...], files: Iterable[_File], target: int
+) -> list[_Group]:
+    """Next-fit over the files by increasing size; single-file bins are dropped."""
+    bins: list[list[_File]] = []
+    current: list[_File] = []
+    filled = 0
+    for f in sorted(files, key=lambda f: (f.size, f.path)):
+        if current and filled + f.size > target:
+            bins.append(current)
+            current, filled = [], 0
+        current.append(f)
+        filled += f.size
+    if current:
+        bins.append(current)
+    return [_Group(partition, tuple(b)) for b in bins if len(b) > 1]
+
+
+class _PartitionSpellings:
+    """Each file's partition values as the log spells them.
+
+    delta-rs gives a file's partition values typed (``get_add_actions``) and the spellings
+    in the log only per partition (``partitions()``). A file gets the spelling whose value
+    equals its typed value when exactly one spelling of that value exists and, where the
+    file sits under Hive directories (``name=value``), the directories spell the same.
+    Otherwise ``None``: the file is left alone rather than given another spelling.
+    """
+
+    def __init__(self, table: DeltaTable, partition_by: Sequence[str], actions: pa.Table):
+        self._columns = tuple(partition_by)
+        self._typed: list[tuple[Any, ...]] = []
+        self._by_value: dict[tuple[Any, ...], list[tuple[str | None, ...]]] = defaultdict(list)
+        if not self._columns:
+            return
+        struct = actions.column("partition").combine_chunks()
+        arrays = [struct.field(name) for name in self._columns]
+        self._types = [array.type for array in arrays]
+        self._typed = list(
+            zip(
+                *[
+                    [_normalized(v, t) for v in array.to_pylist()]
+                    for array, t in zip(arrays, self._types, strict=True)
+                ],
+                strict=True,
+            )
+        )
+        for spelled in table.partitions():
+            values = tuple(spelled.get(name) for name in self._columns)
+            parsed = self._parse(values)
+            if parsed is not None:
+                self._by_value[parsed].append(values)
+
+    def _parse(self, values: tuple[str | None, ...]) -> tuple[Any, ...] | None:
+        parsed: list[Any] = []
+        for value, t in zip(values, self._types, strict=True):
+            if value is None:
+                parsed.append(None)
+                continue
+            if value in ("", HIVE_NULL):
+                return None  # Spark's directories cannot carry it back
+            try:
+                parsed.append(_normalized(_cast(value, t), t))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, TypeError):
+                return None
+        return tuple(parsed)
+
+    def of(self, index: int, decoded_path: str) -> tuple[str | None, ...] | None:
+        if not self._columns:
+            return ()
+        spellings = self._by_value.get(self._typed[index], [])
+        if len(spellings) != 1:
+            return None
+        hinted = self._hive_directories(decoded_path)
+        if hinted is not None and hinted != spellings[0]:
+            return None
+        return spellings[0]
+
+    def _hive_directories(self, decoded_path: str) -> tuple[str | None, ...] | None:
+        directories = decoded_path.split("/")[:-1][-len(self._columns) :]
+        if len(directories) != len(self._columns):
+            return None
+        values: list[str | None] = []
+        for directory, column in zip(directories, self._columns, strict=True):
+            name, sep, value = directory.partition("=")
+            if not sep or unquote(name) != column:
+                return None
+            values.append(None if value == HIVE_NULL else unquote(value))
+        return tuple(values)
+
+
+def _cast(value: str, t: pa.DataType) -> pa.Scalar:
+    if pa.types.is_timestamp(t):
+        try:  # the log's "2026-11-21 10:00:00.000000" is UTC wall-clock time
+            return pa.scalar(value).cast(pa.timestamp(t.unit))
+        except pa.ArrowInvalid:  # "...T10:00:00.000000Z"
+            return pa.scalar(value).cast(pa.timestamp(t.unit, "UTC"))
+    return pa.scalar(value).cast(t)
+
+
+def _normalized(value: Any, t: pa.DataType) -> Any:
+    """A hashable, comparable form of a typed partition value (instants as integers)."""
+    scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value, type=t)
+    if pa.types.is_timestamp(scalar.type):
+        return scalar.cast(pa.int64()).as_py()
+    return scalar.as_py()
+
+
+# -- rewrite --------------------------------------------------------------------------------
+
+
+def _root_path(spark: SparkSession, root: str) -> str:
+    """The decoded path component of the table root as Spark's file scan qualifies it."""
+    session: Any = spark
+    path = session._jvm.org.apache.hadoop.fs.Path(root)
+    qualified = path.getFileSystem(session._jsc.hadoopConfiguration()).makeQualified(path)
+    return str(qualified.toUri().getPath()).rstrip("/")
+
+
+def _rewrite(
+    spark: SparkSession,
+    location: TableLocation,
+    layout: FileLayout,
+    groups: list[_Group],
+    options: WriterOptions,
+    epoch: Epoch,
+) -> list[StagedFile]:
+    """Rewrite every group in Spark tasks; the staged files, checked against the groups."""
+    root = spark_uri(location.uri.rstrip("/"))
+    # Spark writes one file per task and partition; the groups hash onto tasks, so one task
+    # may get two groups of a partition: cap its files at the largest group's rows.
+    most_rows = max(g.records for g in groups)
+    bytes_per_row = options.target_file_size / (most_rows + 0.5)  # -> maxRecordsPerFile
+    stager = SparkParquetStager(location, layout, options, bytes_per_row)
+    with _rewriting(spark, location, "Spark"):
+        df = _group_rows(spark, root, _root_path(spark, root), layout, groups)
+        staged, _ = stager.stage(df, epoch)
+    _check_rows(location.uri, groups, staged, layout)
+    return staged
+
+
+def _rewrite_with_arrow(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    layout: FileLayout,
+    groups: list[_Group],
+    options: WriterOptions,
+    epoch: Epoch,
+) -> list[StagedFile]:
+    """Rewrite every group in Python tasks (pyarrow); the staged files, checked against the
+    groups."""
+    location = snapshot.location
+    directory = run_directory(epoch)
+    write_manifest(location, spark_manifest_path(epoch), [], directories=[directory])
+    work = [
+        GroupToRewrite(
+            index=index,
+            files=tuple((f.path, f.size) for f in group.files),
+            partition_values=tuple(zip(layout.partition_columns, group.partition, strict=True)),
+        )
+        for index, group in enumerate(groups)
+    ]
+    with _rewriting(spark, location, "Python tasks"):
+        staged = rewrite_groups(spark, snapshot, layout, work, options, directory).files
+    _check_rows(location.uri, groups, staged, layout)
+    return staged
+
+
+def _rewriting(spark: SparkSession, location: TableLocation, who: str) -> Any:
+    """:func:`rewriting`, failing with a ``StagingError`` that says ``who`` failed."""
+    return rewriting(spark, f"compaction of {location.uri} failed while {who} rewrote the files")
+
+
+def _group_rows(
+    spark: SparkSession, root: str, root_path: str, layout: FileLayout, groups: list[_Group]
+) -> DataFrame:
+    """The grouped files' rows with their group's partition values, one shuffle partition
+    per group, in the columns ``layout`` writes."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    data_columns = list(layout.file_schema.names)
+    partition_columns = list(layout.partition_columns)
+    paths, mapping = [], []
+    for index, group in enumerate(groups):
+        for f in group.files:
+            paths.append(f"{root}/{f.path}")
+            mapping.append((f"{root_path}/{f.path}", index, *group.partition))
+    schema = _read_schema(layout)
+    scan = parquet_files(spark, paths, schema=schema)
+    file_path = scan.metadataColumn("_metadata").getField("file_path")
+    # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
+    encoded = F.parse_url(file_path, F.lit("PATH"))
+    key = F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
+    rows = scan.select(*[F.col(quote(c)) for c in data_columns], key.alias(_KEY))
+    files = spark.createDataFrame(
+        mapping,
+        StructType(
+            [
+                StructField(_KEY, StringType(), False),
+                StructField(_GROUP, IntegerType(), False),
+                *[StructField(c, StringType(), True) for c in partition_columns],
+            ]
+        ),
+    )
+    # Broadcast: Spark cannot size a local relation, and would otherwise shuffle and sort
+    # every row by its file path (a sort-merge join: 4x the time of the whole rewrite).
+    joined = rows.join(F.broadcast(files), on=_KEY, how="inner")
+    return joined.repartition(len(groups), F.col(_GROUP)).select(
+        *[F.col(quote(c)) for c in [*data_columns, *partition_columns]]
+    )
+
+
+def _read_schema(layout: FileLayout) -> str:
+    """Spark DDL of the data columns (the table's types; files lacking a column read null)."""
+    fields = parse_arrow_schema(layout.file_schema).fields
+    return ", ".join(f"{quote(f.name)} {spark_type(f.type, physical=False)}" for f in fields)
+
+
+def _check_rows(
+    uri: str, groups: list[_Group], staged: list[StagedFile], layout: FileLayout
+) -> None:
+    """Every partition got back exactly the rows its compacted files held (rows in, from
+    their stats in the log, == rows out, the record counts of the files to add).
+
+    Raises:
+        RowCountMismatchError: a file was not read, a row landed in another partition, or
+            rows were lost or doubled (e.g. ``spark.sql.files.ignoreMissingFiles`` skipped a
+            file).
+    """
+    expected: dict[tuple[str | None, ...], int] = defaultdict(int)
+    for group in groups:
+        expected[group.partition] += group.records
+    written: dict[tuple[str | None, ...], int] = defaultdict(int)
+    for f in staged:
+        values = tuple(f.partition_values.get(c) for c in layout.partition_columns)
+        written[values] += logged_records(f)
+    if dict(written) != dict(expected):
+        differences = {
+            p: (expected.get(p, 0), written.get(p, 0))
+            for p in set(expected) | set(written)
+            if expected.get(p, 0) != written.get(p, 0)
+        }
+        raise RowCountMismatchError(
+            f"compaction of {uri} did not reproduce the rows of the files it rewrote: it would "
+            f"commit {sum(written.values())} rows where they held {sum(expected.values())} "
+            f"(partition -> (rows in, rows out): {dict(list(differences.items())[:5])}); "
+            "nothing was committed. A file may have "
+            "been deleted while it was read (VACUUM) or skipped by "
+            "spark.sql.files.ignoreMissingFiles / ignoreCorruptFiles."
+        )
+
+
+# -- commit ---------------------------------------------------------------------------------
+
+
+class _Commit:
+    """Commit the removes and adds on the newest snapshot, once, or fail cleanly."""
+
+    def __init__(
+        self,
+        table: DeltaTable,
+        location: TableLocation,
+        layout: FileLayout,
+        removed: list[_File],
+        staged: list[StagedFile],
+        *,
+        run_id: str,
+        operation_parameters: dict[str, str],
+        user_metadata: str | None,
+        before_commit: Callable[[int], None] | None,
+    ) -> None:
+        self._table = table
+        self._location = location
+        self._layout = layout
+        self._removed = removed
+        self._staged = staged
+        self._run_id = run_id
+        self._operation_parameters = operation_parameters
+        self._user_metadata = user_metadata
+        self._before_commit = before_commit
+        self._attempts = 0
+        self._first_read: int = table.version()
+        self._landed_version: int | None = None
+
+    def run(self, backoff: Backoff) -> int | None:
+        """The version committed (``None`` if found only by reconciliation and unknown)."""
+        try:
+            result = commit_with_reconciliation(
+                self._attempt,
+                is_committed=self._landed,
+                backoff=backoff,
+                description=f"compaction {self._run_id} of {self._location.uri}",
+            )
+        except CommitStateUnknownError as err:
+            if isinstance(err.__cause__, CommitFailedError):
+                raise CommitConflictError(
+                    f"compaction of {self._location.uri} lost every commit race against "
+                    f"other writers ({self._attempts} attempts); nothing was committed and its "
+                    "files were deleted. Run it again, or when fewer writers commit."
+                ) from err.__cause__
+            raise
+        if result.reconciled:
+            return self._landed_version
+        return result.value
+
+    def _fresh(self) -> DeltaTable:
+        try:
+            self._table.update_incremental()
+        except DeltaError as err:  # e.g. older than log files cleaned up since: load afresh
+            log.info("reloading %s: %s", self._location.uri, err)
+            self._table = DeltaTable(
+                self._location.uri, storage_options=self._location.delta_storage_options()
+            )
+        return self._table
+
+    def _attempt(self) -> int:
+        self._attempts += 1
+        table = self._fresh()
+        read_version = table.version()
+        shape = TableShape.of_table(table)
+        try:
+            layout = _check_compactable(shape, table, self._location.uri)
+        except SinkError as err:
+            raise CompactionConflictError(
+                f"table {self._location.uri} changed while it was being compacted: {err}"
+            ) from err
+        if layout != self._layout:
+            raise CompactionConflictError(
+                f"the schema or layout of {self._location.uri} changed (version {read_version}) "
+                "while it was being compacted; nothing was committed and the compaction's "
+                "files were deleted. Run the compaction again."
+            )
+        live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+        gone = [f.path for f in self._removed if f.logged_path not in live]
+        if gone:
+            raise CompactionConflictError(
+                f"{len(gone)} of the {len(self._removed)} files this compaction rewrote were "
+                f"removed from {self._location.uri} by another commit after version "
+                f"{self._first_read} (another compaction or a rewrite), e.g. {gone[:3]}. "
+                "Committing would restore their rows twice, so nothing was committed and the "
+                "compaction's files were deleted; run it again to compact the table as it is."
+            )
+        if self._before_commit is not None:
+            self._before_commit(self._attempts)
+        table.create_write_transaction(
+            self._actions(),
+            mode="append",
+            schema=table.schema(),
+            partition_by=list(self._layout.partition_columns) or None,
+            commit_properties=CommitProperties(
+                custom_metadata=self._metadata(read_version),
+                max_commit_retries=0,  # the next version or a conflict: we re-check, not delta-rs
+            ),
+            post_commithook_properties=_POST_COMMIT,
+        )
+        return read_version + 1
+
+    def _actions(self) -> list[AddAction | RemoveAction]:
+        now = int(time.time() * 1000)
+        columns = self._layout.partition_columns
+        actions: list[AddAction | RemoveAction] = [
+            RemoveAction(
+                path=f.path,
+                data_change=False,
+                deletion_timestamp=now,
+                size=f.size,
+                partition_values=dict(zip(columns, f.partition, strict=True)),
+            )
+            for f in self._removed
+        ]
+        actions.extend(
+            AddAction(
+                path=f.path,
+                size=f.size,
+                partition_values=dict(f.partition_values),
+                modification_time=f.modification_time,
+                data_change=False,
+                stats=f.stats,
+            )
+            for f in self._staged
+        )
+        return actions
+
+    def _metadata(self, read_version: int) -> dict[str, Any]:
+        metadata: dict[str, Any] = {
+            COMMIT_OPERATION: OPERATION_COMPACTION,
+            COMMIT_RUN_ID: self._run_id,
+            "readVersion": read_version,
+            "isBlindAppend": False,
+            "operationParameters": self._operation_parameters,
+            "operationMetrics": {  # strings, as delta-spark's OPTIMIZE writes them
+                "numRemovedFiles": str(len(self._removed)),
+                "numAddedFiles": str(len(self._staged)),
+                "numRemovedBytes": str(sum(f.size for f in self._removed)),
+                "numAddedBytes": str(sum(f.size for f in self._staged)),
+                "numOutputRows": str(sum(f.num_records for f in self._staged)),
+            },
+        }
+        if self._user_metadata:
+            metadata["userMetadata"] = self._user_metadata
+        return metadata
+
+    def _landed(self) -> bool:
+        """Whether a commit of this compaction is in the log since the first read."""
+        table = self._fresh()
+        newest = table.version()
+        for info in table.history(limit=max(1, newest - self._first_read)):
+            if info.get(COMMIT_RUN_ID) == self._run_id and COMMIT_OPERATION in info:
+                self._landed_version = int(info["version"])
+                return True
+        return False
+
+
+def _operation_parameters(filters: list[Any] | None, target: int) -> dict[str, str]:
+    parameters = {"compaction": "true", "targetFileSize": str(target), "dataChange": "false"}
+    if filters is not None:
+        parameters["partitionFilter"] = json.dumps(filters, default=str)
+    return parameters
+
+
+# -- clean-up -------------------------------------------------------------------------------
+
+
+def _discard(location: TableLocation, epoch: Epoch) -> None:
+    """Delete everything the compaction wrote (run directory, manifest); never raises."""
+    fs = location.filesystem()
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(location.path(run_directory(epoch)), recursive=True)
+        _drop_manifest(location, epoch)
+    except Exception as err:  # the error being raised matters more
+        log.warning(
+            "could not delete the files of failed compaction %s of %s (remove_orphan_files() "
+            "will): %s",
+            epoch.run_id,
+            location.uri,
+            err,
+        )
+
+
+def _finish(location: TableLocation, epoch: Epoch, committed: set[str]) -> None:
+    """After the commit: delete what Spark wrote but the commit does not hold (empty files),
+    then the manifest. Housekeeping only: never fails the compaction."""
+    fs = location.filesystem()
+    directory = run_directory(epoch)
+    try:
+        leftovers = [
+            full
+            for full in fs.find(location.path(directory))
+            if location.relative(full) not in committed
+        ]
+        if leftovers:
+            fs.rm(leftovers)
+        if location.is_local:
+            for top, _, _ in sorted(os.walk(location.path(directory)), key=lambda e: -len(e[0])):
+                with contextlib.suppress(OSError):
+                    os.rmdir(top)  # only empty directories
+        _drop_manifest(location, epoch)
+    except Exception as err:
+        log.warning("clean-up after compaction %s of %s: %s", epoch.run_id, location.uri, err)
+
+
+def _drop_manifest(location: TableLocation, epoch: Epoch) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        location.filesystem().rm(location.path(spark_manifest_path(epoch)))
+    _remove_empty_staging_dirs(location, spark_manifest_path(epoch).rsplit("/", 1)[0])

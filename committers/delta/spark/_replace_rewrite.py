@@ -1,0 +1,389 @@
+"""An overwrite whose ``replace_where`` reads data columns: the live files that may hold
+matching rows are read, and those that do are rewritten without them, for the commit that
+removes them (see :mod:`committers.delta.table._replace_where` for the predicate).
+
+Runs right before the epoch's commit (from the committer's ``combine``), on the table's newest
+snapshot V, once the new rows are staged and checked:
+
+1. **Classify** every live file (:class:`~committers.delta.table._replace_where.FileClassifier`): no
+   row can match (left alone), every row matches by its partition values (removed whole by the
+   commit, never read), or maybe some: a *candidate*.
+2. **Rewrite** each candidate into a file of its rows for which the predicate is not TRUE
+   (FALSE or NULL: they stay, as a SQL ``DELETE ... WHERE`` keeps them). By default pyarrow
+   does it in Spark tasks (:mod:`committers.delta.spark._arrow_rewrite`), or in this process when it
+   has no Spark (the ``"deltalake"`` format commits in a Python worker without one); with
+   ``staging="spark"``, Spark's reader counts each candidate's matching rows and Spark's writer
+   writes the kept rows of those that have some. A candidate without a matching row is left as
+   it is (its copy, if one was written, is never committed); one whose rows all match leaves
+   no file. The rows read from each candidate must be the rows the log records for it.
+3. The result names the replaced candidates, the unchanged ones and V. The commit removes the
+   replaced files and the whole-match files with the adds, only if every replaced file is
+   still live and no file that may hold a matching row appeared since V; otherwise the
+   committer computes this once more on the newer snapshot (see ``DeltaGlobalCommitter``).
+
+The kept rows go under ``batch-<epoch>-<run id>-rewrite<n>/``, named in a staging manifest
+before anything is written, so an abandoned rewrite is deleted by the epoch's clean-up like
+any staged file. The files written carry the sink's Parquet settings and statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from committers.delta.spark._arrow_rewrite import (
+    GroupOutcome,
+    GroupRewriter,
+    GroupToRewrite,
+    check_rows,
+    file_group,
+    in_tasks,
+    rewriting,
+)
+from committers.delta.spark._spark_staging import (
+    SparkParquetStager,
+    run_directory,
+    spark_manifest_path,
+    spark_uri,
+)
+from committers.delta.storage._staging import write_manifest
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._delta_schema import quote
+from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
+from committers.delta.table._rules import TableShape, WritePlan, plan_write
+from committers.delta.table._snapshot import Snapshot, reader_features
+from committers.delta.table._table import removal_path
+from committers.delta.write._committable import ReplacedFile, Rewrite, StagedFile
+from committers.delta.write._options import Staging, WriterOptions
+from framework.errors import RowCountMismatchError, StagingError
+from framework.sink import Epoch, InputPlan, PlannedColumn
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["replace_rows"]
+
+_FILE = "__sparksink_file__"
+_MATCHED = "__sparksink_matched__"
+_LOCAL_THREADS = 8
+# Hadoop expands these in the paths Spark is given to read.
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A live file that may hold matching rows."""
+
+    logged_path: str  # as the log stores it (URL-encoded)
+    path: str  # decoded, relative to the table root
+    size: int
+    records: int | None
+    partition: tuple[tuple[str, Any], ...]  # typed values, in partition column order
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One rewrite: of ``candidates`` of the table at ``location`` (planned as ``plan``),
+    without the rows ``where`` matches, into ``epoch``'s run directory."""
+
+    location: TableLocation
+    plan: WritePlan
+    where: ReplaceWhere
+    candidates: list[_Candidate]
+    options: WriterOptions
+    epoch: Epoch
+
+
+@dataclass(frozen=True)
+class _KeepUnmatched:
+    """The row filter of the rewrite: keeps the rows for which ``where`` is not TRUE."""
+
+    where: ReplaceWhere
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        return rows.filter(pc.invert(self.where.mask(rows)))
+
+
+@dataclass(frozen=True)
+class _RewriteFile:
+    """A task's work on one candidate: (its index, its rewrite: the file of its kept rows and
+    the rows counted)."""
+
+    rewriter: GroupRewriter
+
+    def __call__(self, group: GroupToRewrite) -> tuple[int, GroupOutcome]:
+        return group.index, self.rewriter.rewrite(group)
+
+
+def replace_rows(
+    location: TableLocation,
+    table: DeltaTable,
+    where: ReplaceWhere,
+    options: WriterOptions,
+    epoch: Epoch,
+    *,
+    attempt: int,
+    staging: Staging,
+    session: SparkSession | None,
+) -> tuple[list[StagedFile], Rewrite]:
+    """Rewrite, for ``epoch``'s overwrite, the files of ``table`` (at its current version)
+    that hold rows ``where`` matches (see the module docstring); ``attempt`` numbers the
+    computations of one run (each writes its own directory). ``session``: the Spark that runs
+    the rewrite (``None``: this process does it with pyarrow).
+
+    Returns:
+        The staged files of the kept rows, and the :class:`Rewrite` the commit checks and
+        removes (``metrics``: ``numCopiedRows``, ``numDeletedRows`` of the rewritten files).
+
+    Raises:
+        UnsupportedTableFeatureError: a candidate's logged path cannot be removed exactly (or,
+            for Spark, read by its path).
+        RowCountMismatchError: a candidate held another number of rows than its log entry
+            says, or the files written do not hold the rows the rewrite wrote; its files are
+            left for the epoch's clean-up.
+        StagingError: the rewrite failed; its files are left for the epoch's clean-up.
+    """
+    read_version = table.version()
+    shape = TableShape.of_table(table)
+    bound = where.bind(shape.arrow_schema(), location.uri, shape.partition_by)
+    candidates = _candidates(table, shape, bound, location.uri)
+    if not candidates:
+        return [], Rewrite(read_version=read_version)
+    # The kept rows have the table's columns now (a merge's new columns come later, as null).
+    table_plan = plan_write(shape, shape.arrow_schema(), "strict", location.uri)
+    rewrite_epoch = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-rewrite{attempt}")
+    job = _Job(location, table_plan, bound, candidates, options, rewrite_epoch)
+    if staging == "spark" and session is not None:
+        staged, counts = _with_spark(session, job)
+    else:
+        snapshot = Snapshot(
+            location, read_version, shape, reader_features(table)[1], table.schema().to_json()
+        )
+        staged, counts = _with_arrow(session, snapshot, job)
+    return staged, _rewrite(location.uri, read_version, candidates, counts)
+
+
+def _candidates(
+    table: DeltaTable, shape: TableShape, where: ReplaceWhere, uri: str
+) -> list[_Candidate]:
+    """The live files that may hold matching rows.
+
+    Raises:
+        UnsupportedTableFeatureError: one's logged path cannot be removed exactly.
+    """
+    classify = FileClassifier(where, shape)
+    found = []
+    for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+        if classify(action) != "some":
+            continue
+        logged = action["path"]
+        decoded = unquote(logged)
+        if removal_path(logged) is None or "://" in decoded or decoded.startswith("/"):
+            raise UnsupportedTableFeatureError(
+                f"cannot overwrite {uri} where {where.text}: file {logged!r} may hold rows it "
+                "matches, and its logged path is absolute or uses a URL encoding delta-rs "
+                "cannot write in a remove action, so the file could not be replaced. Nothing "
+                "was committed; rewrite the file with the tool that wrote it (e.g. delta-rs's "
+                "optimize.compact())."
+            )
+        found.append(
+            _Candidate(
+                logged_path=logged,
+                path=decoded,
+                size=int(action["size_bytes"]),
+                records=action.get("num_records"),
+                partition=tuple((c, action.get(f"partition.{c}")) for c in shape.partition_by),
+            )
+        )
+    return found
+
+
+def _rewrite(
+    uri: str,
+    read_version: int,
+    candidates: list[_Candidate],
+    counts: dict[int, tuple[int, int]],
+) -> Rewrite:
+    """The :class:`Rewrite` of the candidates, given (rows read, rows matched) per candidate.
+
+    Raises:
+        RowCountMismatchError: a candidate was read with another number of rows than its log
+            entry says (deleted or replaced underneath, or skipped by the reader).
+    """
+    replaced, unchanged = [], []
+    copied = deleted = 0
+    for index, candidate in enumerate(candidates):
+        rows, matched = counts.get(index, (0, 0))
+        if candidate.records is not None and rows != candidate.records:
+            raise RowCountMismatchError(
+                f"the overwrite of {uri} read {rows} rows of {candidate.path!r} where the log "
+                f"records {candidate.records}; nothing was committed. The file may have been "
+                "deleted or damaged (a VACUUM with too short a retention), or skipped by "
+                "spark.sql.files.ignoreMissingFiles / ignoreCorruptFiles."
+            )
+        if not matched:
+            unchanged.append(candidate.logged_path)
+            continue
+        replaced.append(
+            ReplacedFile(
+                logged_path=candidate.logged_path,
+                path=candidate.path,
+                size=candidate.size,
+                num_records=candidate.records,
+            )
+        )
+        copied += rows - matched
+        deleted += matched
+    return Rewrite(
+        read_version=read_version,
+        replaced=tuple(replaced),
+        unchanged=tuple(unchanged),
+        metrics={"numCopiedRows": copied, "numDeletedRows": deleted},
+    )
+
+
+def _with_arrow(
+    session: SparkSession | None, snapshot: Snapshot, job: _Job
+) -> tuple[list[StagedFile], dict[int, tuple[int, int]]]:
+    """Each candidate rewritten by pyarrow without its matching rows: in Spark tasks, or in
+    this process without ``session``. The files of the candidates that had matching rows,
+    and (rows read, rows matched) per candidate."""
+    location = job.location
+    directory = run_directory(job.epoch)
+    write_manifest(location, spark_manifest_path(job.epoch), [], directories=[directory])
+    keep = _KeepUnmatched(job.where)
+    rewriter = GroupRewriter(
+        snapshot, job.plan.layout, job.options, directory, "the overwrite", keep
+    )
+    groups = [
+        file_group(i, c.path, c.size, dict(c.partition)) for i, c in enumerate(job.candidates)
+    ]
+    work = _RewriteFile(rewriter)
+    if session is None:
+        with ThreadPoolExecutor(min(_LOCAL_THREADS, len(groups))) as pool:
+            results = list(pool.map(work, groups))
+    else:
+        failure = f"the overwrite of {location.uri} failed while Python tasks rewrote its files"
+        with rewriting(session, failure):
+            results = in_tasks(session, groups, work)
+    check_rows(
+        f"the overwrite of {location.uri} (rewritten in {directory})", [o for _, o in results]
+    )
+    staged, counts = [], {}
+    for index, outcome in results:
+        counts[index] = (outcome.rows_read, outcome.rows_dropped)
+        if outcome.file is not None and outcome.rows_dropped:  # (a copy without a match
+            staged.append(outcome.file)  # stays uncommitted)
+    return staged, counts
+
+
+def _with_spark(
+    session: SparkSession, job: _Job
+) -> tuple[list[StagedFile], dict[int, tuple[int, int]]]:
+    """Spark counts each candidate's rows and matching rows (one job), then writes the kept
+    rows of those with both kinds (another job, Spark's Parquet writer).
+
+    Raises:
+        UnsupportedTableFeatureError: a candidate's path holds characters Spark's reader
+            would expand as a pattern.
+        StagingError: Spark read a file it was not asked to.
+        RowCountMismatchError: Spark wrote another number of rows than the rewritten files
+            keep.
+    """
+    from pyspark.sql import functions as F
+
+    from framework.spark._plan import apply_input_plan
+
+    location, plan = job.location, job.plan
+    globbed = [c.path for c in job.candidates if _GLOB_CHARACTERS & set(c.path)]
+    if globbed:
+        raise UnsupportedTableFeatureError(
+            f"the overwrite of {location.uri} with staging='spark' cannot read {globbed[0]!r}: "
+            "Spark's reader would expand its characters as a pattern. Nothing was committed; "
+            "use staging='auto' (Python tasks read the files)."
+        )
+    failure = f"the overwrite of {location.uri} failed while Spark rewrote its files"
+    with rewriting(session, failure):
+        scan, keys = _scan(session, job, range(len(job.candidates)))
+        counted = scan.groupBy(_FILE).agg(
+            F.count(F.lit(1)).alias("rows"), F.count_if(F.col(_MATCHED)).alias("matched")
+        )
+        counts: dict[int, tuple[int, int]] = {}
+        for row in counted.collect():
+            if row[_FILE] not in keys:
+                raise StagingError(
+                    f"the overwrite of {location.uri} read a row of {row[_FILE]!r}, which is "
+                    "not a file it asked Spark to read; nothing was committed"
+                )
+            counts[keys[row[_FILE]]] = (int(row["rows"]), int(row["matched"]))
+        touched = [i for i, (rows, matched) in counts.items() if 0 < matched < rows]
+        if not touched:
+            return [], counts
+        kept, _ = _scan(session, job, touched)
+        names = [f.name for f in plan.shape.schema.fields]
+        identity = tuple(PlannedColumn(name=n, expression=quote(n)) for n in names)
+        shaped = apply_input_plan(
+            kept.where(~F.col(_MATCHED)).select(*[F.col(quote(n)) for n in names]),
+            InputPlan(columns=identity, checks=(), output=plan.input_plan.output),
+        )
+        stager = SparkParquetStager(location, plan.layout, job.options)
+        staged, rows = stager.stage(shaped, job.epoch)
+    expected = sum(counts[i][0] - counts[i][1] for i in touched)
+    if rows != expected:
+        raise RowCountMismatchError(
+            f"the overwrite of {location.uri} wrote {rows} rows where the files it rewrites "
+            f"keep {expected}; nothing was committed. A file may have been deleted while it "
+            "was read (VACUUM)."
+        )
+    return staged, counts
+
+
+def _scan(
+    session: SparkSession, job: _Job, chosen: Sequence[int]
+) -> tuple[DataFrame, dict[str, int]]:
+    """The rows of the ``chosen`` candidates: the table's columns (partition values from the
+    log), ``_FILE`` (the decoded path Spark read) and ``_MATCHED`` (``where`` is TRUE); and
+    each file's ``_FILE`` value mapped to its candidate index."""
+    from pyspark.sql import functions as F
+
+    from committers.delta.commit._compact import _read_schema, _root_path  # (imports the committer)
+    from framework.spark._files import parquet_files
+
+    plan, candidates = job.plan, job.candidates
+    root = spark_uri(job.location.uri.rstrip("/"))
+    root_path = _root_path(session, root)
+    files = [candidates[i] for i in chosen]
+    scan = parquet_files(
+        session, [f"{root}/{c.path}" for c in files], schema=_read_schema(plan.layout)
+    )
+    file_path = scan.metadataColumn("_metadata").getField("file_path")
+    # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
+    encoded = F.parse_url(file_path, F.lit("PATH"))
+    key = F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
+    data = list(plan.layout.file_schema.names)
+    rows = scan.select(*[F.col(quote(c)) for c in data], key.alias(_FILE))
+    keys = {f"{root_path}/{candidates[i].path}": i for i in chosen}
+    partition_by = list(plan.shape.partition_by)
+    if partition_by:
+        schema = plan.shape.arrow_schema()
+        values = pa.table(
+            [pa.array([f"{root_path}/{c.path}" for c in files], pa.string())]
+            + [
+                pa.array([dict(c.partition)[p] for c in files], schema.field(p).type)
+                for p in partition_by
+            ],
+            names=[_FILE, *partition_by],
+        )
+        # Broadcast: Spark cannot size a local relation and would sort every row by file.
+        rows = rows.join(F.broadcast(session.createDataFrame(values)), on=_FILE)
+    matched = F.expr(f"coalesce(({job.where.sql()}), false)")
+    return rows.withColumn(_MATCHED, matched), keys

@@ -1,0 +1,1487 @@
+"""Upserts and deletes by key, copy-on-write: ``DeltaSink(mode="upsert", keys=[...], ...)``.
+
+Each batch (a streaming micro-batch or a bounded ``write(df)``) becomes ONE Delta transaction
+of removes, adds and the batch's ``txn``, computed in Spark:
+
+1. **Changes** (Spark). Keys and ``sequence_by`` are checked on every row (a NULL fails the
+   batch with ``NullConstraintError``); each row gets its delete flag, ``coalesce(delete_when,
+   false)``; the batch is reduced to one change per key, the *latest*: the highest
+   ``sequence_by`` (several columns compare left to right); on a tie, a change that is not a
+   delete over a delete; then the greatest row, comparing the input's other columns left to
+   right in Spark's order (NULL lowest; a column holding maps by its JSON text). Without
+   ``sequence_by`` a key given twice fails the batch (``ConstraintViolationError``). The
+   checked batch is cached and, up to ``PRUNE_KEYS_LIMIT`` rows, its keys collected (one
+   job): a batch whose keys are all distinct is its own latest changes, with no shuffle.
+   Otherwise Spark reduces it by key (a window over a shuffle), caches that, and collects its
+   keys (or only their bounds, for more than ``PRUNE_KEYS_LIMIT`` keys).
+2. **Candidates** (driver, on snapshot V). A live file may hold a batch key only if, for every
+   key column, some key of the batch lies in the file's range for it: its partition value for
+   a partition column, its min/max stats otherwise. Missing stats make a file a candidate;
+   bounds other writers may have truncated are widened (timestamps by a millisecond, long
+   strings lose their upper bound).
+3. **Touched files**. The candidates' key columns (and ``sequence_by`` columns) are joined
+   with the batch's changes, counting the rows of each file that a change replaces; with
+   ``sequence_by``, a change older than a row it matches is *stale*
+   (:func:`~committers.delta.spark._upsert_touched.change_applies`): that row is kept, the change
+   is not written, and a file holding only such rows is not touched. A few small candidates
+   (with the keys collected) are read on the driver with pyarrow
+   (:mod:`committers.delta.spark._upsert_touched`: no Spark job); otherwise Spark scans them and
+   ``_metadata.file_path`` names the files.
+4. **Rewrite**. The latest changes that are neither deletes nor stale (with
+   ``partial_updates``, given the stored values of the columns the input lacks, read from the
+   touched files by Spark) go through the table's rules, as any appended row, and Spark's
+   Parquet writer writes them into the batch's run directory
+   (:class:`~committers.delta.spark._spark_staging.SparkParquetStager`). The touched files' rows
+   that the batch does not replace are kept: by default Python tasks rewrite each touched
+   file with pyarrow, without the replaced rows, into ``<run directory>-kept``
+   (:mod:`committers.delta.spark._arrow_rewrite`,
+   :class:`~committers.delta.spark._upsert_touched.KeysToDrop`);
+   the rows never enter the JVM. With ``staging="spark"``, or when the keys were not collected
+   or do not cast exactly to the table's types, Spark scans them, joins them with the batch's
+   changes, keeps those not replaced and writes them with the new rows, in one job. The
+   manifest names both directories before anything is written, and the two jobs run side by
+   side (the Python tasks from another driver thread, in the batch's job group). The rows
+   written are counted against the stats of the files they replace.
+5. **Commit** (:class:`~committers.delta.commit._committer.DeltaGlobalCommitter`): removes of the
+   touched files, adds of the new ones and the txn, on the newest snapshot, only if every
+   touched file is still live there, with ``max_commit_retries=0`` (the commit lands right on
+   that snapshot or fails). Another writer's commit meanwhile costs one more attempt, not the
+   Spark work; a touched file removed by another writer makes the committer redo steps 1-4
+   once on the newer snapshot, then fail with :class:`UpsertConflictError`.
+
+Why the liveness check is ours: delta-rs 1.6.6 commits two transactions that remove the same
+file (see ``_compact.py``), which for an upsert would put rows back that the other writer
+changed or deleted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import datetime
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from committers.delta.read._source import spell_partition_value
+from committers.delta.spark._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
+from committers.delta.spark._spark_staging import (
+    SparkParquetStager,
+    run_directory,
+    spark_uri,
+)
+from committers.delta.spark._upsert_touched import (
+    Candidate,
+    KeyColumn,
+    KeysToDrop,
+    Matches,
+    SequenceColumn,
+    driver_matches,
+    keys_to_drop,
+)
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._delta_schema import DeltaField, arrow_type, quote, spark_type, walk
+from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._rules import TableShape, WritePlan
+from committers.delta.table._schema import HIVE_NULL, SchemaMode, serialize_partition_value
+from committers.delta.table._snapshot import Snapshot, reader_features
+from committers.delta.table._table import open_table, removal_path
+from committers.delta.write._committable import ReplacedFile, Rewrite, StagedRewrite
+from committers.delta.write._options import Staging, WriterOptions
+from framework.errors import (
+    CommitConflictError,
+    ConfigurationError,
+    ConstraintViolationError,
+    RowCountMismatchError,
+    SchemaMismatchError,
+    StagingError,
+    UnsupportedTypeError,
+)
+from framework.sink import Epoch, InputPlan, PlannedColumn, RowCheck
+from framework.spark._files import parquet_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "UpsertConflictError",
+    "UpsertPlan",
+    "UpsertSpec",
+    "UpsertStager",
+    "check_upsert_table",
+    "classic_session",
+    "plan_upsert",
+]
+
+log = logging.getLogger("committers.delta")
+
+#: Batches with at most this many distinct keys are pruned key by key (the keys are collected
+#: on the driver); larger ones by the overall min/max of each key column.
+PRUNE_KEYS_LIMIT = 500_000
+#: Rows per new file while the table has no rows to measure a row's size by.
+NEW_TABLE_ROWS_PER_FILE = 1_000_000
+
+_DELETE = "__sparksink_delete__"
+_RANK = "__sparksink_rank__"
+_FILE = "__sparksink_file__"
+_APPLIES = "__sparksink_applies__"
+_FILLED = "__sparksink_filled__"
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+_KEY_TYPES = frozenset(
+    {"byte", "short", "integer", "long", "string", "binary", "boolean", "date", "timestamp"}
+    | {"timestamp_ntz"}
+)
+_STRING_BOUND_CHARS = 32  # a longer string bound may have been truncated by its writer
+_TIMESTAMP_SLACK = datetime.timedelta(milliseconds=1)  # writers truncating to milliseconds
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+APPEND_ONLY = "delta.appendOnly"
+
+
+class UpsertConflictError(CommitConflictError):
+    """Another writer removed a file this upsert rewrites (it rewrote, deleted from or
+    overwrote it) while the batch was being computed, again after the batch was computed once
+    more on the newer snapshot. Nothing of the batch was committed and its staged files were
+    deleted; restarting the query (or re-running the write) computes it on the table as it is
+    then."""
+
+
+def _key(index: int) -> str:
+    return f"__sparksink_key_{index}__"
+
+
+def _sequence(index: int) -> str:
+    """A change's ``sequence_by`` value, by position (as :mod:`._upsert_touched` names it)."""
+    return f"__sparksink_sequence_{index}__"
+
+
+def _stored(index: int) -> str:
+    """A stored row's ``sequence_by`` value, by position."""
+    return f"__sparksink_stored_{index}__"
+
+
+# -- options --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpsertSpec:
+    """The options of ``mode="upsert"``, validated (see :meth:`of`)."""
+
+    keys: tuple[str, ...]
+    sequence_by: tuple[str, ...] = ()
+    delete_when: str | None = None
+    partial_updates: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        mode: str,
+        keys: Sequence[str] | None,
+        sequence_by: str | Sequence[str] | None,
+        delete_when: str | None,
+        partial_updates: bool = False,
+    ) -> UpsertSpec | None:
+        """The spec for ``mode`` (``None`` unless ``mode="upsert"``).
+
+        Raises:
+            ConfigurationError: an upsert option without ``mode="upsert"``, an upsert without
+                keys, or an option of the wrong shape.
+        """
+        given = [
+            name
+            for name, value in (
+                ("keys", keys),
+                ("sequence_by", sequence_by),
+                ("delete_when", delete_when),
+                ("partial_updates", partial_updates or None),
+            )
+            if value is not None
+        ]
+        if mode != "upsert":
+            if given:
+                raise ConfigurationError(
+                    f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
+                    f"of mode='upsert' (got mode={mode!r}). Pass mode='upsert' to update and "
+                    "delete rows by key."
+                )
+            return None
+        if not keys:
+            raise ConfigurationError(
+                "mode='upsert' needs keys=[...]: the columns that identify a row, e.g. keys=['id']"
+            )
+        key_names = _names("keys", keys)
+        sequence = () if sequence_by is None else _names("sequence_by", sequence_by)
+        overlap = {k.lower() for k in key_names} & {s.lower() for s in sequence}
+        if overlap:
+            raise ConfigurationError(
+                f"sequence_by names key column(s) {sorted(overlap)}: the sequence orders the "
+                "changes of one key, so it must be another column (e.g. a change timestamp)"
+            )
+        if delete_when is not None and (not isinstance(delete_when, str) or not delete_when):
+            raise ConfigurationError(
+                f"delete_when must be a Spark SQL predicate (a non-empty string), e.g. "
+                f"\"op = 'D'\", got {delete_when!r}"
+            )
+        if not isinstance(partial_updates, bool):
+            raise ConfigurationError(
+                f"partial_updates must be True or False, got {partial_updates!r}"
+            )
+        return cls(key_names, sequence, delete_when, partial_updates)
+
+
+def _names(option: str, value: str | Sequence[str]) -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigurationError(
+            f"{option} must be a column name or a non-empty list of column names, got {value!r}"
+        )
+    if len({n.lower() for n in names}) != len(names):
+        raise ConfigurationError(f"{option} lists a column twice: {list(names)}")
+    return names
+
+
+# -- planning (driver, before anything runs) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpsertPlan:
+    """How a batch of the input becomes changes by key. Plain data: it pickles with the sink.
+
+    Attributes:
+        keys: the key columns as the input spells them.
+        table_keys: the same as the table spells them.
+        sequence: the ``sequence_by`` columns as the input spells them.
+        tie_break: the input's other columns compared on a tie, each with whether it is
+            compared by its JSON text (it holds maps, which Spark cannot order).
+        written: the input columns the table gets (all but the change-only ones).
+        dropped: the change-only columns (read by ``delete_when``, not table columns): used,
+            never written.
+        delete_when: the delete predicate, or ``None``.
+        table_sequence: the ``sequence_by`` columns as the table spells them (each change is
+            compared with the stored row's values of them).
+        filled: with ``partial_updates``, the table columns the input lacks (generated ones
+            aside): an updated row keeps its stored values, an inserted row gets NULL.
+    """
+
+    keys: tuple[str, ...]
+    table_keys: tuple[str, ...]
+    sequence: tuple[str, ...]
+    tie_break: tuple[tuple[str, bool], ...]
+    written: tuple[str, ...]
+    dropped: tuple[str, ...]
+    delete_when: str | None
+    table_sequence: tuple[str, ...] = ()
+    filled: tuple[str, ...] = ()
+
+
+def plan_upsert(
+    session: SparkSession,
+    spec: UpsertSpec,
+    input_schema: pa.Schema,
+    table: TableShape | None,
+    table_uri: str,
+    schema_mode: SchemaMode = "strict",
+) -> tuple[UpsertPlan, pa.Schema]:
+    """The upsert plan for input of ``input_schema`` into ``table`` (``None``: the first commit
+    creates it), and the schema of what is written to the table.
+
+    Which input columns are written: every one, except the columns ``delete_when`` reads that
+    are not columns of the table (nor keys or ``sequence_by`` columns): ``op`` of
+    ``delete_when="op = 'D'"`` is not written, ``ts`` of ``sequence_by="ts"`` always is (each
+    change is compared with the stored row's). With ``partial_updates``, the table's columns
+    the input lacks follow, typed as the table (the stager fills them in).
+
+    Raises:
+        SchemaMismatchError: a key or ``sequence_by`` column is missing from the input, or from
+            the table (a ``sequence_by`` column may be added by ``schema_mode="merge"``); the
+            input lacks table columns and ``partial_updates`` is off.
+        UnsupportedTypeError: a key or ``sequence_by`` column of a type that cannot be
+            compared as the upsert must.
+        ConfigurationError: ``delete_when`` does not parse, names columns the input lacks, or
+            is not a deterministic boolean predicate (analyzed by ``session``, no job runs); a
+            ``sequence_by`` column partitions the table.
+    """
+    fields = {f.name.lower(): f for f in input_schema}
+
+    def find(name: str, option: str) -> pa.Field:
+        found = fields.get(name.lower())
+        if found is None:
+            raise SchemaMismatchError(
+                f"{option} names {name!r}, which is not a column of the input (columns: "
+                f"{input_schema.names}). Every {option} column must be in the DataFrame."
+            )
+        return found
+
+    keys = tuple(find(k, "keys").name for k in spec.keys)
+    sequence = tuple(find(s, "sequence_by").name for s in spec.sequence_by)
+    for name in sequence:
+        _check_sequence_type(name, input_schema.field(name).type)
+    read_by_delete = _delete_when_columns(session, spec.delete_when, input_schema)
+    lower_keys = {k.lower() for k in keys}
+    lower_sequence = {s.lower() for s in sequence}
+    table_names = {} if table is None else {f.name.lower(): f.name for f in table.schema.fields}
+    dropped = {c.lower() for c in read_by_delete} - lower_keys - lower_sequence - set(table_names)
+    written = pa.schema([f for f in input_schema if f.name.lower() not in dropped])
+    filled: list[pa.Field] = []
+    if table is not None:
+        _check_table_columns(keys, sequence, table, table_uri, schema_mode)
+        filled = _filled_columns(spec, written, table, table_uri)
+    plan = UpsertPlan(
+        keys=keys,
+        table_keys=tuple(table_names.get(k.lower(), k) for k in keys),
+        sequence=sequence,
+        tie_break=tuple(
+            (f.name, _holds_maps(f.type))
+            for f in input_schema
+            if f.name.lower() not in lower_keys and f.name.lower() not in lower_sequence
+        ),
+        written=tuple(written.names),
+        dropped=tuple(f.name for f in input_schema if f.name.lower() in dropped),
+        delete_when=spec.delete_when,
+        table_sequence=tuple(table_names.get(s.lower(), s) for s in sequence),
+        filled=tuple(f.name for f in filled),
+    )
+    return plan, pa.schema([*written, *filled])
+
+
+def _check_table_columns(
+    keys: Sequence[str],
+    sequence: Sequence[str],
+    table: TableShape,
+    table_uri: str,
+    schema_mode: SchemaMode,
+) -> None:
+    """Keys must be columns of the table, ``sequence_by`` columns data columns of it (or
+    columns ``schema_mode="merge"`` adds).
+
+    Raises:
+        SchemaMismatchError: a key or ``sequence_by`` column the table lacks.
+        ConfigurationError: a ``sequence_by`` column that partitions the table.
+    """
+    names = {f.name.lower() for f in table.schema.fields}
+    columns = [f.name for f in table.schema.fields]
+    missing = [k for k in keys if k.lower() not in names]
+    if missing:
+        raise SchemaMismatchError(
+            f"keys {missing} are not columns of {table_uri} (its columns: {columns}): an "
+            "upsert finds the rows to change by their keys, so the table must have them."
+        )
+    unstored = [s for s in sequence if s.lower() not in names]
+    if unstored and schema_mode != "merge":
+        raise SchemaMismatchError(
+            f"sequence_by names {unstored}, not {'a column' if len(unstored) == 1 else 'columns'} "
+            f"of {table_uri} (its columns: {columns}): an upsert compares each change's "
+            "sequence with the row the table holds for its key, so the table must store it. "
+            "Add the column to the table (schema_mode='merge' adds it with this write; the "
+            "rows already there then have no sequence value and count as older than any "
+            "change), or leave sequence_by out."
+        )
+    partitioned = [s for s in sequence if s.lower() in {p.lower() for p in table.partition_by}]
+    if partitioned:
+        raise ConfigurationError(
+            f"sequence_by names {partitioned}, partition column(s) of {table_uri}: the upsert "
+            "compares each change's sequence with the stored row's, read from the data "
+            "files. Sequence by a data column (a change timestamp, a log position)."
+        )
+
+
+def _filled_columns(
+    spec: UpsertSpec, written: pa.Schema, table: TableShape, table_uri: str
+) -> list[pa.Field]:
+    """The table's columns the input lacks (generated ones aside: the table's rules compute
+    them), typed as the table and nullable; ``[]`` unless ``partial_updates``.
+
+    Raises:
+        SchemaMismatchError: the input lacks such columns and ``partial_updates`` is off.
+    """
+    given = {n.lower() for n in written.names}
+    lacking = [
+        f
+        for f in table.arrow_schema()
+        if f.name.lower() not in given and f.name not in table.generated_columns
+    ]
+    if lacking and not spec.partial_updates:
+        raise SchemaMismatchError(
+            f"the input lacks column(s) {[f.name for f in lacking]} of {table_uri}: an upsert "
+            "replaces the whole row of each key it updates, so these columns would become "
+            "NULL in every updated row. Add them to the DataFrame, or pass "
+            "partial_updates=True to keep the stored values of the columns the input lacks "
+            "(a row it inserts gets NULL in them)."
+        )
+    return [f.with_nullable(True) for f in lacking] if spec.partial_updates else []
+
+
+def check_upsert_table(
+    upsert: UpsertPlan, plan: WritePlan, table: DeltaTable | None, table_uri: str
+) -> None:
+    """Refuse tables an upsert cannot rewrite exactly (see the Raises).
+
+    Raises:
+        UnsupportedTypeError: a key column of a type the upsert does not match on.
+        UnsupportedTableFeatureError: column mapping, deletion vectors, an append-only table or
+            one with the change data feed enabled.
+        ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
+    """
+    shape = plan.shape
+    for name in upsert.table_keys:
+        _check_key_type(name, shape.schema.field(name))
+    configuration = dict(shape.configuration)
+    problem = None
+    if shape.column_mapping:
+        problem = "it uses column mapping (Spark's Parquet writer has no physical names)"
+    elif table is not None and (
+        "deletionVectors" in shape.features
+        or "deletionVectors" in set(table.protocol().reader_features or ())
+    ):
+        problem = (
+            "it uses deletion vectors (the upsert reads the Parquet files directly and would "
+            "bring back the rows the vectors delete)"
+        )
+    elif configuration.get(APPEND_ONLY, "false").lower() == "true":
+        problem = f"it is append-only ({APPEND_ONLY}=true): its rows may not be changed"
+    elif configuration.get(CHANGE_DATA_FEED, "false").lower() == "true":
+        problem = (
+            f"it has the change data feed enabled ({CHANGE_DATA_FEED}=true), which needs change "
+            "files for updates and deletes that this sink does not write"
+        )
+    if problem:
+        raise UnsupportedTableFeatureError(
+            f"mode='upsert' cannot write {table_uri}: {problem}. Nothing was written. Use "
+            "delta-spark's MERGE for this table."
+        )
+    if any(len(path) > 1 and not f.nullable for path, f in walk(shape.schema)):
+        raise ConfigurationError(
+            "mode='upsert' rewrites files with Spark's Parquet writer, which cannot keep NOT "
+            "NULL fields inside structs (deltalake's reader then refuses the files); nothing "
+            "was written. Use delta-rs's DeltaTable.merge() for this table."
+        )
+
+
+def _holds_maps(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_holds_maps(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _holds_maps(t.value_type)
+    return False
+
+
+def _check_sequence_type(name: str, t: pa.DataType) -> None:
+    if (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+    ):
+        return
+    raise UnsupportedTypeError(
+        f"sequence_by column {name!r} is {t}: the changes of a key are ordered by it, so it "
+        "must be a number, string, date or timestamp. To order by several columns (e.g. a "
+        "timestamp, then a log position), pass sequence_by=['ts', 'lsn']."
+    )
+
+
+def _check_key_type(name: str, f: DeltaField) -> None:
+    t = f.type
+    if isinstance(t, str) and (t in _KEY_TYPES or t.startswith("decimal")):
+        return
+    shown = t if isinstance(t, str) else type(t).__name__.removesuffix("Type").lower()
+    raise UnsupportedTypeError(
+        f"key column {name!r} is of type {shown}: upsert keys must be integers, decimals, "
+        "strings, binary, booleans, dates or timestamps (floating-point numbers compare "
+        "inexactly; nested values cannot be matched by key)."
+    )
+
+
+def classic_session() -> SparkSession | None:
+    """The classic SparkSession of this process (``None`` without a SparkContext here, as in a
+    Spark Connect client, or when the active session is a Spark Connect one)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:
+        return None
+    session = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    # A Spark Connect session, even with a JVM here (a local Connect server in this process):
+    # its DataFrames cannot reach Spark's writer.
+    return None if type(session).__module__.startswith("pyspark.sql.connect") else session
+
+
+def _delete_when_columns(
+    session: SparkSession, delete_when: str | None, input_schema: pa.Schema
+) -> tuple[str, ...]:
+    """The input columns ``delete_when`` reads, found by Spark's analyzer on an empty
+    DataFrame of ``input_schema`` (no job runs).
+
+    Raises:
+        ConfigurationError: ``delete_when`` does not parse, does not analyze over the input
+            (an unknown column, an aggregate), is not boolean, or is not deterministic.
+    """
+    if delete_when is None:
+        return ()
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import BooleanType
+
+    empty = session.createDataFrame([], from_arrow_schema(input_schema))
+    try:
+        probe = empty.select(F.expr(delete_when).alias(_DELETE))
+        data_type = probe.schema[0].dataType
+        analyzed: Any = probe._jdf.queryExecution().analyzed()
+        deterministic = bool(analyzed.expressions().apply(0).deterministic())
+        references = analyzed.references().toSeq()
+        names = [str(references.apply(i).name()) for i in range(references.size())]
+    except Exception as err:  # ParseException, AnalysisException (Py4J-wrapped)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigurationError(
+            f"delete_when {delete_when!r} is not a Spark SQL predicate over the input's "
+            f"columns ({input_schema.names}): {type(err).__name__}: {first}"
+        ) from err
+    if not isinstance(data_type, BooleanType):
+        raise ConfigurationError(
+            f"delete_when {delete_when!r} is of type {data_type.simpleString()}, not a boolean "
+            "predicate: write it as a condition, e.g. \"op = 'D'\""
+        )
+    if not deterministic:
+        raise ConfigurationError(
+            f"delete_when {delete_when!r} is not deterministic: a replayed batch must delete "
+            "the same rows"
+        )
+    spelled = {n.lower(): n for n in input_schema.names}
+    return tuple(dict.fromkeys(spelled[n.lower()] for n in names if n.lower() in spelled))
+
+
+# -- one batch (driver-driven Spark work) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LiveFile:
+    """A live file of snapshot V, with its ranges per key column (``None``: unknown)."""
+
+    index: int  # row in the snapshot's add actions
+    logged_path: str
+    path: str
+    size: int
+    records: int | None
+    bounds: tuple[tuple[Any, Any] | None, ...]  # per key column; (lo, hi), None if unknown
+
+
+class _BatchKeys:
+    """The batch's keys per key column: sorted distinct values, or only (min, max); and, when
+    they were collected, the changes' keys, delete flags and sequence values as Arrow."""
+
+    def __init__(self, columns: list[list[Any]], collected: pa.Table | None) -> None:
+        self._columns = columns
+        self._exact = collected is not None
+        self.collected = collected
+
+    def may_hold(self, f: _LiveFile) -> bool:
+        """Whether ``f`` may hold a key of the batch (``True`` when its ranges are unknown)."""
+        for values, bounds in zip(self._columns, f.bounds, strict=True):
+            if bounds is None:
+                continue  # no stats for this column: it may
+            lo, hi = bounds
+            if lo is None or not values:
+                return False  # a null partition value (keys are never null), or no keys
+            try:
+                if not self._exact:  # values are [min, max]
+                    if values[-1] < lo or (hi is not None and values[0] > hi):
+                        return False
+                    continue
+                at = bisect.bisect_left(values, lo)
+                if at == len(values) or (hi is not None and values[at] > hi):
+                    return False
+            except TypeError:  # values Python cannot compare with the bounds: it may
+                continue
+        return True
+
+
+@dataclass(frozen=True)
+class _Stale:
+    """The batch's stale changes (older than a row they match: not applied): how many, how
+    many are not deletes, and their keys (positional names) to leave out of the new rows."""
+
+    changes: int = 0
+    upserts: int = 0
+    keys: DataFrame | None = None
+
+
+def _applies(sequence: Sequence[str]) -> Any:
+    """Spark's :func:`~committers.delta.spark._upsert_touched.change_applies` on a join of stored
+    rows (``_stored(i)`` for the table's ``sequence`` columns) with changes (``_sequence(i)``,
+    ``_DELETE``): Spark orders NULL and NaN as that function does. Every change applies
+    without ``sequence``."""
+    from pyspark.sql import functions as F
+
+    if not sequence:
+        return F.lit(True)
+    applies = ~F.col(_DELETE)
+    for i in reversed(range(len(sequence))):
+        new, old = F.col(_sequence(i)), F.col(_stored(i))
+        greater = F.coalesce(new > old, F.lit(True))  # (a NULL stored value: True)
+        applies = greater | (F.coalesce(new == old, F.lit(False)) & applies)
+    return applies
+
+
+class UpsertStager:
+    """Computes one upsert batch in Spark and stages its files (see the module docstring).
+
+    Guarantees: the staged files hold exactly the touched files' rows that the batch does not
+    change plus the batch's latest non-delete changes, checked against the table's rules; the
+    returned :class:`StagedRewrite` names every file they replace and the snapshot read; a
+    run that fails leaves only its run directory, named by its manifest, for the committer's
+    clean-up.
+    """
+
+    def __init__(
+        self,
+        location: TableLocation,
+        plan: WritePlan,
+        upsert: UpsertPlan,
+        options: WriterOptions,
+        bytes_per_row: float | None,
+        staging: Staging = "auto",
+    ) -> None:
+        """``staging="spark"``: the touched files' kept rows are rewritten by Spark too (by
+        default Python tasks rewrite them when the batch's keys were collected)."""
+        self._location = location
+        self._plan = plan
+        self._upsert = upsert
+        self._options = options
+        self._bytes_per_row = bytes_per_row
+        self._staging = staging
+
+    def stage(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
+        """Stage ``epoch``'s batch ``df`` on the newest snapshot; the result can ``redo`` it
+        once (on the snapshot newest then, into another run directory).
+
+        Raises:
+            NullConstraintError, ConstraintViolationError: a key or sequence value is NULL, a
+                key repeats without ``sequence_by``, or a row breaks a rule of the table
+                (raised in a Spark task).
+            UnsupportedTableFeatureError: a file that may hold a key cannot be read or removed
+                exactly (its logged path).
+            RowCountMismatchError: the files staged do not hold the rows the jobs wrote, or
+                those are not the touched files' kept rows plus the batch's new rows.
+        """
+        staged, written = self._run(df, epoch)
+        staged.redo = lambda: self._redo(df, epoch)
+        return staged, written
+
+    def _redo(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
+        from framework.spark._errors import translate_task_error
+        from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
+
+        again = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-redo")
+        group: str | None = None
+        try:
+            with staging_job_group(df) as group:
+                return self._run(df, again)[0]  # (its rows checked as the first run's)
+        except Exception as err:
+            wait_for_tasks_to_end(df, group)  # no late file may follow the clean-up
+            translated = translate_task_error(err)
+            if translated is err:
+                raise
+            raise translated from err
+
+    def _run(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
+        table = open_table(self._location)  # snapshot V (None: the commit creates the table)
+        read_version = None if table is None else table.version()
+        checked = self._checked(df).persist()
+        latest = checked
+        try:
+            keys, changes, upserts, latest = self._changes(df, checked)
+            return self._rewrite(
+                df.sparkSession, table, read_version, latest, (keys, changes, upserts), epoch
+            )
+        finally:
+            checked.unpersist()
+            if latest is not checked:
+                latest.unpersist()
+
+    # -- 1. changes -----------------------------------------------------------------------
+
+    def _checked(self, df: DataFrame) -> DataFrame:
+        """The batch with its keys and sequence values checked (a NULL fails the task), its
+        keys and sequence values copied into positional names and the delete flag, before the
+        input's columns."""
+        from framework.spark._plan import apply_input_plan
+
+        upsert = self._upsert
+        shown = (*upsert.keys, *upsert.sequence)
+        checks = tuple(
+            RowCheck(
+                error="NullConstraintError",
+                rule=f"{what} column {name!r} must not be NULL in an upsert",
+                predicate=f"{quote(name)} IS NOT NULL",
+                shown=shown,
+                hint=hint,
+            )
+            for what, names, hint in (
+                ("key", upsert.keys, "Every change must name the row it changes."),
+                (
+                    "sequence_by",
+                    upsert.sequence,
+                    "The changes of a key are ordered by it; fill it in (e.g. coalesce()).",
+                ),
+            )
+            for name in names
+        )
+        keyed = tuple(
+            PlannedColumn(name=_key(i), expression=quote(k)) for i, k in enumerate(upsert.keys)
+        )
+        sequenced = tuple(
+            PlannedColumn(name=_sequence(i), expression=quote(s))
+            for i, s in enumerate(upsert.sequence)
+        )
+        delete = f"coalesce(({upsert.delete_when}), false)" if upsert.delete_when else "false"
+        columns = tuple(PlannedColumn(name=c, expression=quote(c)) for c in df.columns)
+        kept = tuple(
+            PlannedColumn(name=c.name, expression=quote(c.name)) for c in (*keyed, *sequenced)
+        )
+        return apply_input_plan(
+            df,
+            InputPlan(
+                columns=(
+                    *keyed,
+                    *sequenced,
+                    PlannedColumn(name=_DELETE, expression=delete),
+                    *columns,
+                ),
+                checks=checks,  # on the first output column, a key: never pruned
+                output=(
+                    *kept,
+                    PlannedColumn(name=_DELETE, expression=quote(_DELETE)),
+                    *columns,
+                ),
+            ),
+        )
+
+    def _changes(self, df: DataFrame, checked: DataFrame) -> tuple[_BatchKeys, int, int, DataFrame]:
+        """(the batch's keys, changes, non-delete changes, the latest change per key).
+
+        The keys of a batch of at most ``PRUNE_KEYS_LIMIT`` rows are collected first (one
+        job, which also fills the batch's cache): when no key repeats, the batch is its own
+        latest changes and no shuffle runs; a repeated key fails the batch without
+        ``sequence_by``.
+        Otherwise the batch is reduced by key in Spark (:meth:`_deduplicated`), cached, and
+        its keys collected from that.
+
+        Raises:
+            ConstraintViolationError: a key repeats without ``sequence_by``.
+        """
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        collected = checked.select(*self._change_columns()).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
+        if collected.num_rows <= PRUNE_KEYS_LIMIT:
+            repeated = _repeated_key(collected, names)
+            if repeated is None:
+                return (*self._collected_keys(collected), checked)
+            if not self._upsert.sequence:
+                raise ConstraintViolationError(_repeated_key_message(self._upsert.keys, repeated))
+        latest = self._deduplicated(df, checked).persist()
+        try:
+            return (*self._batch_keys(latest), latest)
+        except BaseException:  # (the caller unpersists only what it was given)
+            latest.unpersist()
+            raise
+
+    def _deduplicated(self, df: DataFrame, checked: DataFrame) -> DataFrame:
+        """One change per key of ``checked`` (see the module docstring); a repeated key fails
+        the task without ``sequence_by``."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        upsert = self._upsert
+        names = [_key(i) for i in range(len(upsert.keys))]
+        by_key = Window.partitionBy(*names)
+        order = [F.col(quote(s)).desc() for s in upsert.sequence]
+        order.append(F.col(_DELETE).asc())
+        for name, as_json in upsert.tie_break:
+            value = F.to_json(F.col(quote(name))) if as_json else F.col(quote(name))
+            order.append(value.desc_nulls_last())
+        # The batch's own parallelism (its input splits), not spark.sql.shuffle.partitions:
+        # the result is cached, and Spark does not coalesce a cached plan's partitions, so a
+        # small batch would otherwise become hundreds of tasks and files.
+        shuffled = checked.repartition(_partitions_for(df), *names)
+        ranked = shuffled.withColumn(_RANK, F.row_number().over(by_key.orderBy(*order)))
+        if not upsert.sequence:
+            values = [
+                F.concat(F.lit(f"{k} = "), F.coalesce(F.col(n).cast("string"), F.lit("NULL")))
+                for k, n in zip(upsert.keys, names, strict=True)
+            ]
+            message = F.concat(
+                F.lit(f"ConstraintViolationError: {_REPEATED_KEY}: "),
+                F.concat_ws(", ", *values),
+                F.lit(f". {_REPEATED_KEY_HINT}"),
+            )
+            duplicated = F.count(F.lit(1)).over(by_key) > 1
+            ranked = ranked.withColumn(
+                _RANK, F.when(duplicated, F.raise_error(message)).otherwise(F.col(_RANK))
+            )
+        return ranked.where(F.col(_RANK) == 1).drop(_RANK)
+
+    def _change_columns(self) -> list[str]:
+        """What identifies and orders each change, by position: its keys, its delete flag,
+        its sequence values (as :func:`~._upsert_touched.driver_matches` takes them)."""
+        keys = [_key(i) for i in range(len(self._upsert.keys))]
+        return [*keys, _DELETE, *(_sequence(i) for i in range(len(self._upsert.sequence)))]
+
+    def _collected_keys(self, collected: pa.Table) -> tuple[_BatchKeys, int, int]:
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        columns = [sorted(set(collected.column(n).to_pylist())) for n in names]
+        deletes = collected.column(_DELETE).to_pylist()
+        changes = collected.num_rows
+        return _BatchKeys(columns, collected), changes, changes - sum(map(bool, deletes))
+
+    def _batch_keys(self, latest: DataFrame) -> tuple[_BatchKeys, int, int]:
+        """(the batch's keys per column, changes, non-delete changes) of the latest changes;
+        one Spark job, two for a batch of more than ``PRUNE_KEYS_LIMIT`` keys."""
+        from pyspark.sql import functions as F
+
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        collected = latest.select(*self._change_columns()).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
+        if collected.num_rows <= PRUNE_KEYS_LIMIT:
+            return self._collected_keys(collected)
+        row = latest.agg(
+            F.count(F.lit(1)).alias("changes"),
+            F.count_if(~F.col(_DELETE)).alias("upserts"),
+            *[F.min(n).alias(f"min{i}") for i, n in enumerate(names)],
+            *[F.max(n).alias(f"max{i}") for i, n in enumerate(names)],
+        ).toArrow()
+        bounds = [
+            [row.column(f"min{i}")[0].as_py(), row.column(f"max{i}")[0].as_py()]
+            for i in range(len(names))
+        ]
+        changes = int(row.column("changes")[0].as_py())
+        return _BatchKeys(bounds, None), changes, int(row.column("upserts")[0].as_py())
+
+    # -- 2. candidates --------------------------------------------------------------------
+
+    def _live_files(self, table: DeltaTable | None) -> tuple[list[_LiveFile], pa.Table | None]:
+        """Every live file of the snapshot with its key ranges, and the add actions."""
+        if table is None:
+            return [], None
+        actions = pa.table(table.get_add_actions(flatten=False))
+        if actions.num_rows == 0:
+            return [], actions
+        partition_by = set(self._plan.shape.partition_by)
+        per_key: list[list[tuple[Any, Any] | None]] = []
+        for name in self._upsert.table_keys:
+            if name in partition_by:
+                values = _struct_field(actions, "partition", name)
+                assert values is not None
+                per_key.append([(v, v) for v in values])
+                continue
+            lows = _struct_field(actions, "min", name)
+            highs = _struct_field(actions, "max", name)
+            if lows is None or highs is None:
+                per_key.append([None] * actions.num_rows)
+                continue
+            per_key.append(
+                [
+                    None if lo is None or hi is None else _widened(lo, hi)
+                    for lo, hi in zip(lows, highs, strict=True)
+                ]
+            )
+        paths = actions.column("path").to_pylist()
+        sizes = actions.column("size_bytes").to_pylist()
+        records = actions.column("num_records").to_pylist()
+        return [
+            _LiveFile(
+                index=i,
+                logged_path=paths[i],
+                path=unquote(paths[i]),
+                size=sizes[i],
+                records=records[i],
+                bounds=tuple(column[i] for column in per_key),
+            )
+            for i in range(actions.num_rows)
+        ], actions
+
+    def _check_readable(self, files: list[_LiveFile]) -> None:
+        """Every file that may hold a key must be readable by Spark and removable exactly.
+
+        Raises:
+            UnsupportedTableFeatureError: naming the first file that is not.
+        """
+        for f in files:
+            if (
+                removal_path(f.logged_path) is None
+                or "://" in f.path
+                or f.path.startswith("/")
+                or _GLOB_CHARACTERS & set(f.path)
+            ):
+                raise UnsupportedTableFeatureError(
+                    f"mode='upsert' cannot rewrite file {f.logged_path!r} of "
+                    f"{self._location.uri}: its logged path is absolute, uses a URL encoding "
+                    "delta-rs cannot write in a remove, or holds characters Spark would expand "
+                    "as a pattern. Nothing was committed; rewrite the file with the tool that "
+                    "wrote it (e.g. delta-rs's optimize.compact())."
+                )
+
+    def _check_spark_keeps_values(self, touched: list[_LiveFile], actions: pa.Table) -> None:
+        """Spark's writer can carry every partition value of the touched files over to their
+        kept rows: it names the directory of NULL ``__HIVE_DEFAULT_PARTITION__`` and reads
+        that name back as NULL, so a string partition value spelled so would turn into NULL.
+
+        Raises:
+            UnsupportedTableFeatureError: naming the first file holding such a value.
+        """
+        strings = [f.name for f in self._plan.shape.schema.fields if f.type == "string"]
+        columns = [c for c in self._plan.shape.partition_by if c in strings]
+        if not columns:
+            return
+        values = actions.take([f.index for f in touched]).column("partition").combine_chunks()
+        for column in columns:
+            held = values.field(column).to_pylist()
+            if HIVE_NULL in held:
+                f = touched[held.index(HIVE_NULL)]
+                raise UnsupportedTableFeatureError(
+                    f"mode='upsert' cannot rewrite file {f.logged_path!r} of "
+                    f"{self._location.uri} with Spark's writer: its partition column "
+                    f"{column!r} holds the string {HIVE_NULL!r}, the directory name Spark's "
+                    "writer gives NULL, so the rows it keeps would come back as NULL. Nothing "
+                    "was committed. Use staging='auto' with batches of at most "
+                    f"{PRUNE_KEYS_LIMIT} keys (Python tasks keep the rows with their value)."
+                )
+
+    # -- 3. touched files, 4. rewrite ------------------------------------------------------
+
+    def _rewrite(
+        self,
+        session: SparkSession,
+        table: DeltaTable | None,
+        read_version: int | None,
+        latest: DataFrame,
+        batch: tuple[_BatchKeys, int, int],
+        epoch: Epoch,
+    ) -> tuple[StagedRewrite, int]:
+        """The batch's staging and the rows its jobs wrote (counted as they wrote them)."""
+        from pyspark.sql import functions as F
+
+        keys, changes, upserts = batch
+        live, actions = self._live_files(table)
+        candidates = [f for f in live if keys.may_hold(f)] if changes else []
+        self._check_readable(candidates)
+
+        def batch_changes() -> DataFrame:  # broadcast to the scans when collected
+            selected = latest.select(*self._change_columns())
+            return F.broadcast(selected) if changes <= PRUNE_KEYS_LIMIT else selected
+
+        touched, matched, stale = self._touched(session, candidates, actions, keys, batch_changes)
+        upserts -= stale.upserts  # (a stale change is not written)
+        metrics = {
+            "numTargetFilesBeforeSkipping": len(live),
+            "numTargetFilesAfterSkipping": len(candidates),
+            "numTargetFilesRemoved": len(touched),
+            "numTargetRowsUpdated": sum(n for (_, delete), n in matched.items() if not delete),
+            "numTargetRowsDeleted": sum(n for (_, delete), n in matched.items() if delete),
+            "numChanges": changes,
+        }
+        if self._upsert.table_sequence:
+            metrics["numStaleChanges"] = stale.changes
+        replaced = tuple(
+            ReplacedFile(
+                logged_path=f.logged_path,
+                path=f.path,
+                size=f.size,
+                num_records=f.records,
+            )
+            for f in touched
+        )
+        rewrite = Rewrite(read_version=read_version, replaced=replaced, keys=self._upsert.keys)
+        if not touched and not upserts:  # nothing to write: a commit of the txn alone
+            metrics.update(numTargetFilesAdded=0, numTargetRowsCopied=0)
+            return StagedRewrite([], rewrite=dataclasses.replace(rewrite, metrics=metrics)), 0
+        stager = SparkParquetStager(
+            self._location, self._plan.layout, self._options, self._bytes_per_row
+        )
+
+        def new_rows() -> DataFrame:
+            return self._new_rows(session, latest, upserts, stale, touched, actions)
+
+        drop = self._keys_to_drop(keys) if touched else None
+        if touched and drop is None:  # the touched files' kept rows by Spark, in one job
+            assert actions is not None
+            self._check_spark_keeps_values(touched, actions)
+            kept = self._kept_rows(session, touched, actions, batch_changes())
+            staged, rows = stager.stage(new_rows().union(kept), epoch)
+        elif drop is None:  # no file touched: the new rows only
+            staged, rows = stager.stage(new_rows(), epoch)
+        else:  # the touched files' kept rows by Python tasks, alongside the new rows by Spark
+            assert table is not None and actions is not None
+            kept_directory = f"{run_directory(epoch)}-kept"
+            stager.write_manifest(epoch, also_owned=(kept_directory,))
+            with _in_parallel(
+                lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
+            ) as kept_rewrite:  # (the new rows are planned while the tasks run)
+                staged, rows = ([], 0)
+                if upserts:
+                    staged, rows = stager.write(new_rows(), epoch)
+            rewritten = kept_rewrite()
+            staged += rewritten.files
+            rows += rewritten.rows_written
+        matched_rows = sum(matched.values())
+        if all(f.records is not None for f in touched):
+            copied = sum(f.records or 0 for f in touched) - matched_rows
+            if rows != copied + upserts:
+                raise RowCountMismatchError(
+                    f"the upsert into {self._location.uri} wrote {rows} rows where the files it "
+                    f"rewrites keep {copied} and the batch adds {upserts} ({copied + upserts}); "
+                    "nothing was committed. A file may have been deleted while it was read "
+                    "(VACUUM) or skipped by spark.sql.files.ignoreMissingFiles / "
+                    "ignoreCorruptFiles."
+                )
+            metrics["numTargetRowsCopied"] = copied
+        metrics["numTargetFilesAdded"] = len(staged)
+        staging = StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
+        return staging, rows
+
+    def _new_rows(
+        self,
+        session: SparkSession,
+        latest: DataFrame,
+        upserts: int,
+        stale: _Stale,
+        touched: list[_LiveFile],
+        actions: pa.Table | None,
+    ) -> DataFrame:
+        """The latest changes that are neither deletes nor stale (``upserts`` of them), with
+        the stored values of the columns the input lacks (``partial_updates``), through the
+        table's rules, in partitions of about ``target_file_size`` (judged by the table's
+        bytes per row)."""
+        from pyspark.sql import functions as F
+
+        from framework.spark._plan import apply_input_plan
+
+        rows_per_file = (
+            self._options.target_file_size / self._bytes_per_row
+            if self._bytes_per_row
+            else NEW_TABLE_ROWS_PER_FILE
+        )
+        rows = latest.where(~F.col(_DELETE))
+        if stale.keys is not None:
+            names = [_key(i) for i in range(len(self._upsert.keys))]
+            rows = rows.join(stale.keys, on=names, how="left_anti")
+        if self._upsert.filled:
+            rows = self._with_stored_values(session, rows, touched, actions)
+        columns = (*self._upsert.written, *self._upsert.filled)
+        return apply_input_plan(
+            rows.select(*[F.col(quote(c)) for c in columns]).coalesce(
+                max(1, math.ceil(upserts / rows_per_file))
+            ),
+            self._plan.input_plan,
+        )
+
+    def _with_stored_values(
+        self,
+        session: SparkSession,
+        rows: DataFrame,
+        touched: list[_LiveFile],
+        actions: pa.Table | None,
+    ) -> DataFrame:
+        """``rows`` (changes) with the ``filled`` columns of the stored row of their key, read
+        from the touched files; NULL for a key the table does not hold. A key the table holds
+        twice (a blind append racing an upsert) takes them from its row of the highest
+        sequence (without ``sequence_by``, from one of them)."""
+        from pyspark.sql import functions as F
+
+        upsert = self._upsert
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        if not touched:
+            return rows.select(
+                "*",
+                *[
+                    F.lit(None).cast(spark_type(fields[c].type, physical=False)).alias(c)
+                    for c in upsert.filled
+                ],
+            )
+        assert actions is not None
+        partition_by = set(self._plan.shape.partition_by)
+        needed = list(dict.fromkeys([*upsert.table_keys, *upsert.filled, *upsert.table_sequence]))
+        data = [c for c in needed if c not in partition_by]
+        scan, by_key = self._scan(session, touched, data or self._plan.layout.file_schema.names[:1])
+        if len(data) < len(needed):
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        value = F.struct(*[F.col(quote(c)) for c in upsert.filled])
+        one = (
+            F.max_by(value, F.struct(*[F.col(quote(c)) for c in upsert.table_sequence]))
+            if upsert.table_sequence
+            else F.any_value(value)
+        )
+        names = [_key(i) for i in range(len(upsert.keys))]
+        stored = (
+            scan.groupBy(
+                *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(upsert.table_keys)]
+            )
+            .agg(one.alias(_FILLED))
+            .select(*names, *[F.col(_FILLED).getField(c).alias(c) for c in upsert.filled])
+        )
+        return rows.join(stored, on=names, how="left")
+
+    def _file_column(self, session: SparkSession, scan: DataFrame) -> Any:
+        """The decoded path of each scanned row's file (as compaction spells it: a URI's path,
+        decoded, a literal ``+`` kept)."""
+        from pyspark.sql import functions as F
+
+        file_path = scan.metadataColumn("_metadata").getField("file_path")
+        encoded = F.parse_url(file_path, F.lit("PATH"))
+        return F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
+
+    def _scan(
+        self, session: SparkSession, files: list[_LiveFile], columns: list[str]
+    ) -> tuple[DataFrame, dict[str, _LiveFile]]:
+        """The rows of ``files`` (``columns`` of their data, typed as the table) with the
+        decoded path of their file in ``_FILE``; and the files by that path."""
+        from pyspark.sql import functions as F
+
+        from committers.delta.commit._compact import _root_path  # (imports the committer)
+
+        root = spark_uri(self._location.uri.rstrip("/"))
+        root_path = _root_path(session, root)
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
+        scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
+        scan = scan.select(
+            *[F.col(quote(c)) for c in columns], self._file_column(session, scan).alias(_FILE)
+        )
+        return scan, {f"{root_path}/{f.path}": f for f in files}
+
+    def _partitions(
+        self, session: SparkSession, by_key: dict[str, _LiveFile], actions: pa.Table
+    ) -> DataFrame:
+        """``_FILE`` and the typed partition values of each file of ``by_key``."""
+        from pyspark.sql import functions as F
+
+        partition_by = list(self._plan.shape.partition_by)
+        rows = actions.take([f.index for f in by_key.values()])
+        struct = rows.column("partition").combine_chunks()
+        table = pa.table(
+            [pa.array(list(by_key), pa.string())] + [struct.field(c) for c in partition_by],
+            names=[_FILE, *partition_by],
+        )
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        return F.broadcast(session.createDataFrame(table)).select(
+            F.col(_FILE),
+            *[
+                F.col(quote(c)).cast(spark_type(fields[c].type, physical=False)).alias(c)
+                for c in partition_by
+            ],
+        )
+
+    def _touched(
+        self,
+        session: SparkSession,
+        candidates: list[_LiveFile],
+        actions: pa.Table | None,
+        keys: _BatchKeys,
+        batch_changes: Callable[[], DataFrame],
+    ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int], _Stale]:
+        """The candidates holding a row the batch replaces, those rows per (file, delete), and
+        the stale changes: counted on the driver when it can
+        (:mod:`committers.delta.spark._upsert_touched`), else by a Spark join of the candidates'
+        keys with the batch's changes (``batch_changes()``, planned only then)."""
+        from pyspark.sql import functions as F
+
+        if not candidates:
+            return [], {}, _Stale()
+        assert actions is not None
+        on_driver = self._driver_matches(candidates, keys)
+        if on_driver is not None:
+            holding = {i for i, _ in on_driver.rows}
+            touched = [f for i, f in enumerate(candidates) if i in holding]
+            rows = {
+                (candidates[i].logged_path, delete): n for (i, delete), n in on_driver.rows.items()
+            }
+            return touched, rows, self._collected_stale(session, on_driver.stale)
+        partition_by = set(self._plan.shape.partition_by)
+        data_keys = [k for k in self._upsert.table_keys if k not in partition_by]
+        sequence = list(self._upsert.table_sequence)
+        data_columns = self._plan.layout.file_schema.names
+        scan, by_key = self._scan(session, candidates, [*data_keys, *sequence] or data_columns[:1])
+        if len(data_keys) < len(self._upsert.table_keys):
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        stored = scan.select(
+            F.col(_FILE),
+            *[F.col(quote(k)).alias(_key(i)) for i, k in enumerate(self._upsert.table_keys)],
+            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(sequence)],
+        )
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        joined = stored.join(batch_changes(), on=names).withColumn(_APPLIES, _applies(sequence))
+        counted = joined.groupBy(_FILE, _DELETE, _APPLIES).count().collect()
+        matched: dict[tuple[str, bool], int] = {}
+        stale_rows = 0
+        for row in counted:
+            path = row[_FILE]
+            if path not in by_key:
+                raise StagingError(
+                    f"the upsert into {self._location.uri} read a row of {path!r}, which is not "
+                    "a file it asked Spark to read; nothing was committed"
+                )
+            if row[_APPLIES]:
+                matched[(path, bool(row[_DELETE]))] = int(row["count"])
+            else:
+                stale_rows += int(row["count"])
+        touched_paths = {path for path, _ in matched}
+        touched = [f for path, f in by_key.items() if path in touched_paths]
+        stale = _Stale()
+        if stale_rows:  # one more job, only then: which changes they are
+            stale_keys = joined.where(~F.col(_APPLIES)).select(*names, _DELETE).distinct()
+            count = stale_keys.agg(F.count(F.lit(1)), F.count_if(~F.col(_DELETE))).first()
+            assert count is not None
+            stale = _Stale(int(count[0]), int(count[1]), stale_keys.select(*names))
+        return touched, {(by_key[p].logged_path, d): n for (p, d), n in matched.items()}, stale
+
+    def _collected_stale(self, session: SparkSession, stale: pa.Table) -> _Stale:
+        """The stale changes the driver found (keys typed as the table, delete flags)."""
+        from pyspark.sql import functions as F
+
+        if stale.num_rows == 0:
+            return _Stale()
+        names = [_key(i) for i in range(len(self._upsert.keys))]
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        keys = session.createDataFrame(stale.select(names)).select(
+            *[
+                F.col(n).cast(spark_type(fields[k].type, physical=False)).alias(n)
+                for n, k in zip(names, self._upsert.table_keys, strict=True)
+            ]
+        )
+        deletes = sum(map(bool, stale.column(_DELETE).to_pylist()))
+        return _Stale(stale.num_rows, stale.num_rows - deletes, F.broadcast(keys))
+
+    def _driver_matches(self, candidates: list[_LiveFile], keys: _BatchKeys) -> Matches | None:
+        if keys.collected is None:
+            return None
+        columns = self._key_columns()
+        files = [
+            Candidate(
+                path=f.path,
+                size=f.size,
+                partition_values=tuple(
+                    b[0] if c.partition and b is not None else None
+                    for c, b in zip(columns, f.bounds, strict=True)
+                ),
+            )
+            for f in candidates
+        ]
+        try:
+            return driver_matches(
+                self._location, columns, files, keys.collected, self._sequence_columns()
+            )
+        except (OSError, pa.ArrowException) as err:
+            raise StagingError(
+                f"the upsert into {self._location.uri} could not read a file of the snapshot it "
+                f"rewrites ({type(err).__name__}: {err}); nothing was committed. It may have "
+                "been deleted by a VACUUM with too short a retention, or damaged."
+            ) from err
+
+    def _keys_to_drop(self, keys: _BatchKeys) -> KeysToDrop | None:
+        """The filter that drops the replaced rows in Python tasks, or ``None`` when Spark
+        must: ``staging="spark"``, keys not collected, or keys or sequence values that do not
+        cast exactly."""
+        if self._staging == "spark" or keys.collected is None:
+            return None
+        return keys_to_drop(self._key_columns(), keys.collected, self._sequence_columns())
+
+    def _key_columns(self) -> list[KeyColumn]:
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        partition_by = set(self._plan.shape.partition_by)
+        return [
+            KeyColumn(k, arrow_type(fields[k].type, physical=False), k in partition_by)
+            for k in self._upsert.table_keys
+        ]
+
+    def _sequence_columns(self) -> list[SequenceColumn]:
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        return [
+            SequenceColumn(s, arrow_type(fields[s].type, physical=False))
+            for s in self._upsert.table_sequence
+        ]
+
+    def _rewrite_kept(
+        self,
+        session: SparkSession,
+        table: DeltaTable,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        drop: KeysToDrop,
+        directory: str,
+    ) -> Rewritten:
+        """The touched files' rows whose key the batch does not name, rewritten by Python
+        tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
+        partition_by = list(self._plan.shape.partition_by)
+        typed: list[list[Any]] = []
+        if partition_by:  # (an unpartitioned table's actions have no partition column)
+            struct = actions.take([f.index for f in touched]).column("partition").combine_chunks()
+            typed = [struct.field(c).to_pylist() for c in partition_by]
+        groups = [
+            GroupToRewrite(
+                index=i,
+                files=((f.path, f.size),),
+                partition_values=tuple(
+                    (c, serialize_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
+                ),
+                read_values=tuple(
+                    (c, spell_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
+                ),
+            )
+            for i, f in enumerate(touched)
+        ]
+        snapshot = Snapshot(
+            self._location,
+            table.version(),
+            self._plan.shape,
+            reader_features(table)[1],
+            table.schema().to_json(),
+        )
+        return rewrite_groups(
+            session,
+            snapshot,
+            self._plan.layout,
+            groups,
+            self._options,
+            directory,
+            operation="the upsert",
+            row_filter=drop,
+        )
+
+    def _kept_rows(
+        self,
+        session: SparkSession,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        changes: DataFrame,
+    ) -> DataFrame:
+        """The touched files' rows that the batch's ``changes`` do not replace (their key is
+        not the batch's, or its change is stale), shaped as the table's rules shape written
+        rows (partition values spelled, no checks: they are the table's)."""
+        from pyspark.sql import functions as F
+
+        from framework.spark._plan import apply_input_plan
+
+        shape = self._plan.shape
+        sequence = self._upsert.table_sequence
+        data_columns = list(self._plan.layout.file_schema.names)
+        scan, by_key = self._scan(session, touched, data_columns)
+        if shape.partition_by:
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        rows = scan.select(
+            *[F.col(quote(f.name)) for f in shape.schema.fields],
+            *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
+            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(sequence)],
+        )
+        if sequence:
+            joined = rows.join(changes, on=names, how="left")
+            kept = joined.where(F.col(_DELETE).isNull() | ~_applies(sequence))
+        else:
+            kept = rows.join(changes.select(*names), on=names, how="left_anti")
+        identity = tuple(
+            PlannedColumn(name=f.name, expression=quote(f.name)) for f in shape.schema.fields
+        )
+        return apply_input_plan(
+            kept.select(*[F.col(quote(f.name)) for f in shape.schema.fields]),
+            InputPlan(columns=identity, checks=(), output=self._plan.input_plan.output),
+        )
+
+
+@contextlib.contextmanager
+def _in_parallel(work: Callable[[], Rewritten]) -> Iterator[Callable[[], Rewritten]]:
+    """Run ``work`` (Spark jobs) in another thread while the body runs its own: Spark's
+    scheduler then fills the cores the body's job leaves idle. Yields the way to ``work``'s
+    result once the body is done (re-raising its error). The thread inherits this thread's
+    job group, so a failed batch's clean-up waits for its tasks too; leaving the body always
+    waits for ``work`` to end, so nothing it writes can follow the clean-up."""
+    from pyspark.util import InheritableThread
+
+    outcome: list[Rewritten | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as err:  # re-raised on the caller's thread
+            outcome.append(err)
+
+    thread = InheritableThread(run)
+    thread.start()
+
+    def result() -> Rewritten:
+        done = outcome[0]
+        if isinstance(done, BaseException):
+            raise done
+        return done
+
+    try:
+        yield result
+    finally:
+        thread.join()
+
+
+_REPEATED_KEY = (
+    "a key appears more than once in one upsert batch, and no sequence_by orders its changes"
+)
+_REPEATED_KEY_HINT = (
+    "Give each key one change per batch, or pass sequence_by=... to keep the latest."
+)
+
+
+def _repeated_key(collected: pa.Table, names: list[str]) -> tuple[Any, ...] | None:
+    """A key that appears more than once in ``collected`` (its key columns ``names``), or
+    ``None``. Keys compare as their values (no collation): as the table's files are matched."""
+    if collected.num_rows == 0:
+        return None
+    counted = collected.group_by(names).aggregate([([], "count_all")])
+    if counted.num_rows == collected.num_rows:
+        return None
+    first = pc.index(pc.greater(counted.column("count_all"), 1), True).as_py()
+    return tuple(counted.column(n)[first].as_py() for n in names)
+
+
+def _repeated_key_message(keys: Sequence[str], values: tuple[Any, ...]) -> str:
+    shown = ", ".join(f"{k} = {v}" for k, v in zip(keys, values, strict=True))
+    return f"{_REPEATED_KEY}: {shown}. {_REPEATED_KEY_HINT}"
+
+
+def _partitions_for(df: DataFrame) -> int:
+    """Partitions for the batch's changes by key: its input's, at most
+    ``spark.sql.shuffle.partitions`` (planning only, no job runs)."""
+    jdf: Any = df._jdf
+    partitions = int(jdf.rdd().getNumPartitions())
+    shuffle = str(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if shuffle.isdigit():  # not "auto", as on some platforms
+        partitions = min(partitions, int(shuffle))
+    return max(1, partitions)
+
+
+def _struct_field(actions: pa.Table, column: str, name: str) -> list[Any] | None:
+    """``actions[column][name]`` as Python values, or ``None`` if the log has no such field."""
+    if column not in actions.column_names:
+        return None
+    struct = actions.column(column).combine_chunks()
+    if not pa.types.is_struct(struct.type) or struct.type.get_field_index(name) < 0:
+        return None
+    values: list[Any] = struct.field(name).to_pylist()
+    if struct.null_count:  # a file without stats: every field null
+        valid = struct.is_valid().to_pylist()
+        values = [v if ok else None for v, ok in zip(values, valid, strict=True)]
+    return values
+
+
+def _widened(lo: Any, hi: Any) -> tuple[Any, Any]:
+    """Bounds made safe against writers that truncate them."""
+    if isinstance(lo, datetime.datetime) and isinstance(hi, datetime.datetime):
+        return lo - _TIMESTAMP_SLACK, hi + _TIMESTAMP_SLACK
+    if isinstance(hi, str) and len(hi) >= _STRING_BOUND_CHARS:
+        return lo, None
+    return lo, hi

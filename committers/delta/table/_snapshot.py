@@ -1,0 +1,454 @@
+"""Which version of a Delta table a read sees, and whether this reader can read it correctly.
+
+A read names its snapshot as delta-spark does: the latest version, ``versionAsOf`` (an integer)
+or ``timestampAsOf`` (an ISO timestamp: the newest version committed at or before it, where a
+commit's time is the modification time of its ``_delta_log/NNN.json`` file, as delta-spark and
+delta-rs define it). :func:`open_snapshot` opens it with delta-rs and refuses, with the reason,
+every table whose reader features this reader would get wrong.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._delta_schema import arrow_type, spark_type
+from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._rules import TableShape
+from committers.delta.table._table import file_mtime, plain_error_text
+from framework.errors import (
+    ConfigurationError,
+    DestinationError,
+    NotATableError,
+    UnsupportedTypeError,
+)
+
+__all__ = [
+    "READABLE_FEATURES",
+    "Snapshot",
+    "SnapshotSpec",
+    "check_readable",
+    "commit_times",
+    "first_version_at_or_after",
+    "open_snapshot",
+    "parse_timestamp",
+    "protocol_reader_features",
+    "uses_in_commit_timestamps",
+]
+
+# Features implied by a legacy reader version (3 lists them explicitly).
+_LEGACY_READER_FEATURES = {2: ("columnMapping",)}
+
+#: Reader features this reader honours, and how.
+READABLE_FEATURES = {
+    "columnMapping": "the files' physical column names (or field ids) are mapped to the table's",
+    "timestampNtz": "read as TIMESTAMP_NTZ",
+    "v2Checkpoint": "the log, checkpoints included, is read by delta-rs",
+    "vacuumProtocolCheck": "it only restricts VACUUM",
+    # delta-rs lists it on every table it upgrades to reader version 3; a variant column itself
+    # is refused by type.
+    "variantType": "variant columns are refused by type",
+    "variantType-preview": "variant columns are refused by type",
+}
+
+# Why the others are refused.
+_REFUSED_READER_FEATURES = {
+    "deletionVectors": "rows deleted by DELETE, UPDATE or MERGE are marked in deletion-vector "
+    "files that this reader does not apply, so it would return deleted rows",
+    "typeWidening": "files written before a column's type was widened hold the narrower type, "
+    "which this reader does not reconcile",
+    "typeWidening-preview": "files written before a column's type was widened hold the "
+    "narrower type, which this reader does not reconcile",
+    "catalogManaged": "the table's commits are owned by a catalog this reader does not ask",
+    "catalogOwned-preview": "the table's commits are owned by a catalog this reader does not ask",
+}
+
+_ICT_KEY = "delta.enableInCommitTimestamps"
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MILLISECOND = dt.timedelta(milliseconds=1)
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\..+)?\.(parquet|json)$")
+_ISO_FRACTION = re.compile(r"\.(\d{1,6})(?=[+-]\d\d:\d\d$|$)")
+
+
+def parse_timestamp(text: str, option: str = "timestampAsOf") -> dt.datetime:
+    """An ISO timestamp (``2026-11-21``, ``2026-11-21 10:00:00``, ``...T10:00:00.5Z``,
+    ``...+01:00``) as an aware datetime; without an offset it is UTC.
+
+    Raises:
+        ConfigurationError: the text is not such a timestamp (the message names ``option``).
+    """
+    raw = text.strip()
+    normalized = raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw
+    # Python 3.10's fromisoformat takes 3 or 6 fraction digits only: pad to 6.
+    normalized = _ISO_FRACTION.sub(lambda m: "." + m.group(1).ljust(6, "0"), normalized)
+    try:
+        parsed = dt.datetime.fromisoformat(normalized)
+    except ValueError:
+        raise ConfigurationError(
+            f"{option} must be an ISO timestamp such as '2026-11-21 10:00:00', "
+            f"'2026-11-21T10:00:00Z' or '2026-11-21', got {text!r}"
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.timezone.utc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotSpec:
+    """The version a read asks for: the latest (neither set), a version or a timestamp.
+
+    Raises:
+        ConfigurationError: both are set, the version is not an integer >= 0, or the
+            timestamp is not a datetime.
+    """
+
+    version: int | None = None
+    timestamp: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.version is not None and self.timestamp is not None:
+            raise ConfigurationError(
+                "give versionAsOf or timestampAsOf, not both: each names one version of the table"
+            )
+        if self.version is not None and (
+            isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0
+        ):
+            raise ConfigurationError(f"versionAsOf must be an integer >= 0, got {self.version!r}")
+        if self.timestamp is not None:
+            if not isinstance(self.timestamp, dt.datetime):
+                raise ConfigurationError(
+                    f"timestampAsOf must be a datetime or an ISO string, got {self.timestamp!r}"
+                )
+            if self.timestamp.tzinfo is None:
+                object.__setattr__(
+                    self, "timestamp", self.timestamp.replace(tzinfo=dt.timezone.utc)
+                )
+
+    @classmethod
+    def of(cls, version: object = None, timestamp: object = None) -> SnapshotSpec:
+        """From user values: ``version`` an int or a string of digits, ``timestamp`` a
+        datetime or an ISO string (see :func:`parse_timestamp`)."""
+        if isinstance(version, str):
+            text = version.strip()
+            if not text.isdigit():
+                raise ConfigurationError(f"versionAsOf must be an integer >= 0, got {version!r}")
+            version = int(text)
+        if isinstance(timestamp, str):
+            timestamp = parse_timestamp(timestamp)
+        return cls(version=version, timestamp=timestamp)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        if self.version is not None:
+            return f"version {self.version}"
+        if self.timestamp is not None:
+            return f"timestamp {self.timestamp.isoformat()}"
+        return "the latest version"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One resolved version of a table: plain values, picklable (no delta-rs handle)."""
+
+    location: TableLocation
+    version: int
+    shape: TableShape
+    reader_features: frozenset[str]
+    schema_json: str  # the table schema as the log spells it (Spark's StructType JSON)
+
+    @property
+    def column_mapping_mode(self) -> str:
+        """``"name"``, ``"id"`` or ``"none"``."""
+        if "columnMapping" not in self.reader_features:
+            return "none"
+        mode = dict(self.shape.configuration).get("delta.columnMapping.mode", "none")
+        return mode if mode in ("name", "id") else "none"
+
+
+def reader_features(table: DeltaTable) -> tuple[int, frozenset[str]]:
+    """The table's reader version and the reader features it enables (explicit on version 3,
+    implied by the version number before)."""
+    protocol = table.protocol()
+    version = int(protocol.min_reader_version)
+    return version, protocol_reader_features(version, protocol.reader_features)
+
+
+def protocol_reader_features(
+    min_reader_version: int, listed: Iterable[str] | None
+) -> frozenset[str]:
+    """The reader features a protocol enables: ``listed`` on reader version 3, the ones the
+    version number implies before."""
+    if min_reader_version >= 3:
+        return frozenset(listed or ())
+    return frozenset(
+        f for v, names in _LEGACY_READER_FEATURES.items() if min_reader_version >= v for f in names
+    )
+
+
+def check_readable(uri: str, reader_version: int, features: Iterable[str]) -> None:
+    """Refuse a table this reader would read wrongly.
+
+    Raises:
+        UnsupportedTableFeatureError: a reader feature other than :data:`READABLE_FEATURES`
+            (or a reader version above 3), naming each feature and why.
+    """
+    if reader_version > 3:
+        raise UnsupportedTableFeatureError(
+            f"table {uri} requires reader version {reader_version}, which this reader does not "
+            "know (it reads up to version 3). Read it with an engine that supports it."
+        )
+    refused = sorted(set(features) - READABLE_FEATURES.keys())
+    if not refused:
+        return
+    reasons = "; ".join(
+        f"{name}: {_REFUSED_READER_FEATURES.get(name, 'unknown to this reader')}"
+        for name in refused
+    )
+    hint = (
+        " To read it here, remove the feature with an engine that supports it (delta-spark: "
+        "REORG TABLE ... APPLY (PURGE), then ALTER TABLE ... DROP FEATURE deletionVectors)."
+        if "deletionVectors" in refused
+        else ""
+    )
+    raise UnsupportedTableFeatureError(
+        f"table {uri} requires the reader feature(s) {', '.join(refused)}, which this reader "
+        f"cannot honour ({reasons}). Reading it anyway could return wrong rows, so nothing was "
+        f"read. Read it with an engine that supports the feature (delta-spark).{hint}"
+    )
+
+
+@dataclass(frozen=True)
+class _LogListing:
+    """Versions found in ``_delta_log``: commit files with their times, and checkpoints."""
+
+    commits: Mapping[int, float]  # version -> commit time (seconds, made increasing)
+    checkpoints: frozenset[int]
+
+    @property
+    def latest(self) -> int | None:
+        versions = set(self.commits) | self.checkpoints
+        return max(versions) if versions else None
+
+    @property
+    def earliest(self) -> int | None:
+        """The oldest version that can still be reconstructed: version 0 with every commit
+        after it, or a checkpoint followed by every commit after it."""
+        latest = self.latest
+        if latest is None:
+            return None
+        lowest = latest
+        while lowest - 1 in self.commits:
+            lowest -= 1
+        if lowest == 0 and 0 in self.commits:
+            return 0
+        usable = [c for c in self.checkpoints if c >= lowest - 1]
+        return min(usable) if usable else None
+
+
+def _list_log(location: TableLocation) -> _LogListing:
+    fs = location.filesystem()
+    try:
+        entries = fs.ls(location.path("_delta_log"), detail=True)
+    except FileNotFoundError:
+        return _LogListing({}, frozenset())
+    raw: dict[int, float] = {}
+    checkpoints: set[int] = set()
+    for info in entries:
+        name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+        commit = _COMMIT_FILE.match(name)
+        if commit:
+            raw[int(commit.group(1))] = _whole_milliseconds(file_mtime(info))
+            continue
+        checkpoint = _CHECKPOINT_FILE.match(name)
+        if checkpoint:
+            checkpoints.add(int(checkpoint.group(1)))
+    commits: dict[int, float] = {}
+    previous: float | None = None
+    for version in sorted(raw):
+        # delta-spark makes commit times strictly increasing (clock skew between writers).
+        stamp = raw[version] if previous is None else max(raw[version], previous + 0.001)
+        commits[version] = previous = stamp
+    return _LogListing(commits, frozenset(checkpoints))
+
+
+def _whole_milliseconds(seconds: float) -> float:
+    """``seconds`` cut to whole milliseconds, as Hadoop (and so delta-spark) reports a file's
+    modification time: a commit time printed to the millisecond names that commit exactly."""
+    return (round(seconds * 1_000_000) // 1000) / 1000
+
+
+def commit_times(location: TableLocation) -> dict[int, float]:
+    """The time ``timestampAsOf`` resolves each version by (seconds since the epoch, whole
+    milliseconds): its commit file's modification time, made strictly increasing. Versions
+    whose commit file log cleanup removed are absent. Raises what the listing raises."""
+    return dict(_list_log(location).commits)
+
+
+def _not_a_table(location: TableLocation, err: BaseException | None = None) -> NotATableError:
+    detail = f" ({plain_error_text(err)})" if err is not None else ""
+    return NotATableError(
+        f"{location.uri} is not a Delta table: it has no _delta_log with commits{detail}. "
+        "Check the path (a table's root, not one of its partition directories)."
+    )
+
+
+def _version_error(
+    location: TableLocation, version: int, log: _LogListing
+) -> ConfigurationError | NotATableError:
+    latest, earliest = log.latest, log.earliest
+    if latest is None:
+        return _not_a_table(location)
+    if version > latest:
+        return ConfigurationError(
+            f"versionAsOf={version} does not exist in {location.uri}: its latest version is "
+            f"{latest}"
+        )
+    return ConfigurationError(
+        f"versionAsOf={version} of {location.uri} is no longer available: log cleanup removed "
+        f"the commits needed to rebuild it (delta.logRetentionDuration). The earliest version "
+        f"that can be read is {earliest}."
+    )
+
+
+def _utc(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _version_at(location: TableLocation, when: dt.datetime, log: _LogListing) -> int:
+    latest, earliest = log.latest, log.earliest
+    if latest is None:
+        raise _not_a_table(location)
+    available = {
+        v: t for v, t in log.commits.items() if earliest is not None and earliest <= v <= latest
+    }
+    if not available:
+        raise ConfigurationError(
+            f"timestampAsOf cannot be resolved for {location.uri}: the commit files of its "
+            "readable versions are gone (log cleanup). Use versionAsOf."
+        )
+    wanted = when.timestamp()
+    first = min(available)
+    if wanted < available[first]:
+        what = (
+            "the first commit" if first == 0 else f"the earliest version still available ({first})"
+        )
+        raise ConfigurationError(
+            f"timestampAsOf={when.isoformat()} is before {what} of {location.uri}, committed at "
+            f"{_utc(available[first])}. Use a later timestamp."
+        )
+    last = max(available)
+    if wanted > available[last] + 0.001:  # commit times have millisecond precision
+        raise ConfigurationError(
+            f"timestampAsOf={when.isoformat()} is after the latest version ({last}) of "
+            f"{location.uri}, committed at {_utc(available[last])}: a later commit could still "
+            "change what it reads. Use a timestamp at or before that, versionAsOf, or neither "
+            "for the latest version."
+        )
+    return max(v for v, t in available.items() if t <= wanted + 0.0005)
+
+
+def first_version_at_or_after(location: TableLocation, when: dt.datetime, option: str) -> int:
+    """The first version committed at or after ``when`` (commit times as for
+    ``timestampAsOf``, to the millisecond), as delta-spark resolves ``startingTimestamp``: the
+    earliest commit still in the log when ``when`` is before it. (A table with in-commit
+    timestamps is the caller's to refuse, as :func:`open_snapshot` does.)
+
+    Raises:
+        NotATableError: the location holds no Delta table.
+        ConfigurationError: ``when`` is after the latest commit (the version it names does not
+            exist yet).
+    """
+    log = _list_log(location)
+    if log.latest is None or not log.commits:
+        raise _not_a_table(location)
+    # Milliseconds, truncated, as delta-spark compares them (Hadoop's modification times).
+    wanted_ms = (when - _EPOCH_UTC) // _MILLISECOND
+    at_or_after = [v for v, t in sorted(log.commits.items()) if math.floor(t * 1000) >= wanted_ms]
+    if not at_or_after:
+        last = max(log.commits)
+        raise ConfigurationError(
+            f"{option}={when.isoformat()} is after the latest version ({last}) of "
+            f"{location.uri}, committed at {_utc(log.commits[last])}: no version is committed at "
+            f"or after it yet. Use a timestamp at or before that, or startingVersion='latest' "
+            "to read only the commits made after the query starts."
+        )
+    return at_or_after[0]
+
+
+def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTable, Snapshot]:
+    """Open the version of the table ``spec`` names, after checking that it can be read.
+
+    Returns:
+        The delta-rs handle (driver only: it does not pickle) and the snapshot's plain values.
+
+    Raises:
+        NotATableError: the location holds no Delta table.
+        ConfigurationError: the version does not exist or log cleanup removed it; the
+            timestamp is before the first available commit or after the latest one; the table
+            uses in-commit timestamps and a timestamp was given.
+        UnsupportedTableFeatureError: a reader feature this reader cannot honour.
+        UnsupportedTypeError: a column has a type this reader cannot read.
+        DestinationError: the storage cannot be read (credentials, network).
+    """
+    options = location.delta_storage_options()
+    version = spec.version
+    if spec.timestamp is not None:
+        version = _version_at(location, spec.timestamp, _list_log(location))
+    try:
+        table = DeltaTable(location.uri, storage_options=options, version=version)
+    except (TableNotFoundError, DeltaError) as err:
+        log = _list_log(location)
+        if log.latest is None:
+            raise _not_a_table(location, err) from err
+        if version is not None:
+            raise _version_error(location, version, log) from err
+        raise DestinationError(
+            f"cannot read the Delta log of {location.uri}: {plain_error_text(err)}"
+        ) from err
+    except OSError as err:
+        raise DestinationError(
+            f"cannot read {location.uri}: {plain_error_text(err)}. Check the path, the storage "
+            "options and this process's credentials."
+        ) from err
+    if spec.timestamp is not None and _in_commit_timestamps(table):
+        raise ConfigurationError(
+            f"{location.uri} uses in-commit timestamps, which this reader does not use to "
+            "resolve timestampAsOf; use versionAsOf"
+        )
+    reader_version, features = reader_features(table)
+    check_readable(location.uri, reader_version, features)
+    shape = TableShape.of_table(table)
+    _check_types(location.uri, shape)
+    return table, Snapshot(location, table.version(), shape, features, table.schema().to_json())
+
+
+def _in_commit_timestamps(table: DeltaTable) -> bool:
+    return uses_in_commit_timestamps(table.metadata().configuration)
+
+
+def uses_in_commit_timestamps(configuration: Mapping[str, str | None]) -> bool:
+    """Whether a table's configuration turns in-commit timestamps on."""
+    return str(configuration.get(_ICT_KEY, "false")).strip().lower() == "true"
+
+
+def _check_types(uri: str, shape: TableShape) -> None:
+    for field in shape.schema.fields:
+        try:
+            arrow_type(field.type, physical=False)
+            spark_type(field.type, physical=False)
+        except ValueError:
+            raise UnsupportedTypeError(
+                f"column {field.name!r} of {uri} has a type this reader cannot read "
+                f"({field.type!r}); read the table with an engine that supports it"
+            ) from None
+    for name in shape.partition_by:
+        if shape.schema.field(name).type == "binary":
+            raise UnsupportedTypeError(
+                f"partition column {name!r} of {uri} is binary, which this reader does not "
+                "read as a partition value"
+            )
