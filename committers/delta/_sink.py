@@ -16,10 +16,9 @@ from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
 from committers.delta.commit._vacuum import vacuum_table
 from committers.delta.spark._spark_staging import SparkParquetStager, hadoop_can_write
-from committers.delta.spark._upsert import (
+from committers.delta.spark._upsert import UpsertStager
+from committers.delta.spark._upsert_plan import (
     UpsertPlan,
-    UpsertSpec,
-    UpsertStager,
     check_upsert_table,
     classic_session,
     plan_upsert,
@@ -51,6 +50,7 @@ from committers.delta.write._options import (
     WriterOptions,
     check_staging,
 )
+from committers.delta.write._upsert_spec import UpsertSpec
 from committers.delta.write._writer import DeltaStagingWriter
 from framework._foreign_options import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError

@@ -20,7 +20,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
-from committers.delta.spark._upsert import UpsertConflictError
+from committers.delta.write._upsert_spec import UpsertConflictError
 from committers.tests._delta_helpers import data_files_on_disk, read_rows, staging_leftovers
 from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import forget_newest_commit

@@ -18,10 +18,8 @@ the snapshot it read, or fails and is reconciled, then retried on a fresh snapsh
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -41,14 +39,15 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from committers.delta.spark._replace_rewrite import replace_rows
-from committers.delta.spark._upsert import UpsertConflictError, classic_session
+from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._retry import Backoff, commit_with_reconciliation
 from committers.delta.storage._staging import (
-    STAGING_DIR,
     epoch_staging_dir,
     is_run_manifest,
     manifest_task_attempt,
     read_manifests,
+    remove_empty_directories,
+    remove_empty_staging_dirs,
 )
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.storage._upload import abort_incomplete_uploads
@@ -82,6 +81,7 @@ from committers.delta.write._committable import (
     logged_records,
 )
 from committers.delta.write._options import Staging, WriterOptions
+from committers.delta.write._upsert_spec import UpsertConflictError
 from framework._crash import crash_point
 from framework.errors import (
     CommitConflictError,
@@ -913,9 +913,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         crash_point("clean_up", epoch.epoch_id)
         abort_incomplete_uploads(self._location, orphans)  # of attempts killed mid-upload
         for directory in set().union(*(m.directories for m in manifests.values())):
-            _remove_empty_directories(self._location, directory)
+            remove_empty_directories(self._location, directory)
         delete_files(fs, sorted(manifests))
-        _remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
+        remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
 
     def abort(self, epoch: Epoch) -> None:
         """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
@@ -987,30 +987,3 @@ def _add_action(staged: StagedFile) -> AddAction:
         data_change=True,
         stats=staged.stats,
     )
-
-
-def _remove_empty_directories(location: TableLocation, relative: str) -> None:
-    """Remove the empty directories at and below ``relative`` (a run directory whose
-    uncommitted files were deleted), on file systems that have real directories."""
-    if not location.is_local:
-        return
-    top = location.path(relative)
-    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
-        with contextlib.suppress(OSError):
-            os.rmdir(directory)  # fails, as it should, while a committed file remains
-
-
-def _remove_empty_staging_dirs(location: TableLocation, relative: str) -> None:
-    """Remove the staging directory ``relative`` and its parents (below ``_sink_staging``)
-    while they are empty, on file systems that have real directories."""
-    if not location.is_local:
-        return
-    parts = relative.split("/")
-    while len(parts) > 1 and parts[0] == STAGING_DIR:
-        try:
-            os.rmdir(location.path("/".join(parts)))
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return  # not empty: another run or epoch is still staging there
-        parts.pop()

@@ -58,8 +58,8 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
-from committers.delta.commit._committer import _remove_empty_staging_dirs
 from committers.delta.spark._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
+from committers.delta.spark._scan import grouped_rows, scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
     hadoop_can_write,
@@ -69,9 +69,9 @@ from committers.delta.spark._spark_staging import (
 )
 from committers.delta.storage._retry import Backoff, commit_with_reconciliation
 from committers.delta.storage._s3safety import verify_conditional_put
-from committers.delta.storage._staging import write_manifest
+from committers.delta.storage._staging import remove_empty_staging_dirs, write_manifest
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._delta_schema import parse_arrow_schema, quote, spark_type, walk
+from committers.delta.table._delta_schema import walk
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
 from committers.delta.table._schema import HIVE_NULL
@@ -88,11 +88,10 @@ from framework.errors import (
     SinkError,
 )
 from framework.sink import Epoch
-from framework.spark._files import parquet_files
 from framework.spark._native import is_connect_dataframe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "COMMIT_OPERATION",
@@ -118,8 +117,6 @@ COMPACTION_APP_ID = "sink-compaction"
 
 # Hadoop expands these in the paths Spark is given to read: such files are left alone.
 _GLOB_CHARACTERS = frozenset("{}[]*?\\")
-_KEY = "__sink_compaction_file__"
-_GROUP = "__sink_compaction_group__"
 _POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 #: delta-rs partition filters: ``[("day", "=", "2026-11-21"), ("region", "in", ["eu", "us"])]``
@@ -600,14 +597,6 @@ def _normalized(value: Any, t: pa.DataType) -> Any:
 # -- rewrite --------------------------------------------------------------------------------
 
 
-def _root_path(spark: SparkSession, root: str) -> str:
-    """The decoded path component of the table root as Spark's file scan qualifies it."""
-    session: Any = spark
-    path = session._jvm.org.apache.hadoop.fs.Path(root)
-    qualified = path.getFileSystem(session._jsc.hadoopConfiguration()).makeQualified(path)
-    return str(qualified.toUri().getPath()).rstrip("/")
-
-
 def _rewrite(
     spark: SparkSession,
     location: TableLocation,
@@ -624,7 +613,8 @@ def _rewrite(
     bytes_per_row = options.target_file_size / (most_rows + 0.5)  # -> maxRecordsPerFile
     stager = SparkParquetStager(location, layout, options, bytes_per_row)
     with _rewriting(spark, location, "Spark"):
-        df = _group_rows(spark, root, _root_path(spark, root), layout, groups)
+        files = [(tuple(f.path for f in g.files), g.partition) for g in groups]
+        df = grouped_rows(spark, root, scan_root_path(spark, root), layout, files)
         staged, _ = stager.stage(df, epoch)
     _check_rows(location.uri, groups, staged, layout)
     return staged
@@ -660,52 +650,6 @@ def _rewrite_with_arrow(
 def _rewriting(spark: SparkSession, location: TableLocation, who: str) -> Any:
     """:func:`rewriting`, failing with a ``StagingError`` that says ``who`` failed."""
     return rewriting(spark, f"compaction of {location.uri} failed while {who} rewrote the files")
-
-
-def _group_rows(
-    spark: SparkSession, root: str, root_path: str, layout: FileLayout, groups: list[_Group]
-) -> DataFrame:
-    """The grouped files' rows with their group's partition values, one shuffle partition
-    per group, in the columns ``layout`` writes."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
-
-    data_columns = list(layout.file_schema.names)
-    partition_columns = list(layout.partition_columns)
-    paths, mapping = [], []
-    for index, group in enumerate(groups):
-        for f in group.files:
-            paths.append(f"{root}/{f.path}")
-            mapping.append((f"{root_path}/{f.path}", index, *group.partition))
-    schema = _read_schema(layout)
-    scan = parquet_files(spark, paths, schema=schema)
-    file_path = scan.metadataColumn("_metadata").getField("file_path")
-    # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
-    encoded = F.parse_url(file_path, F.lit("PATH"))
-    key = F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
-    rows = scan.select(*[F.col(quote(c)) for c in data_columns], key.alias(_KEY))
-    files = spark.createDataFrame(
-        mapping,
-        StructType(
-            [
-                StructField(_KEY, StringType(), False),
-                StructField(_GROUP, IntegerType(), False),
-                *[StructField(c, StringType(), True) for c in partition_columns],
-            ]
-        ),
-    )
-    # Broadcast: Spark cannot size a local relation, and would otherwise shuffle and sort
-    # every row by its file path (a sort-merge join: 4x the time of the whole rewrite).
-    joined = rows.join(F.broadcast(files), on=_KEY, how="inner")
-    return joined.repartition(len(groups), F.col(_GROUP)).select(
-        *[F.col(quote(c)) for c in [*data_columns, *partition_columns]]
-    )
-
-
-def _read_schema(layout: FileLayout) -> str:
-    """Spark DDL of the data columns (the table's types; files lacking a column read null)."""
-    fields = parse_arrow_schema(layout.file_schema).fields
-    return ", ".join(f"{quote(f.name)} {spark_type(f.type, physical=False)}" for f in fields)
 
 
 def _check_rows(
@@ -955,4 +899,4 @@ def _finish(location: TableLocation, epoch: Epoch, committed: set[str]) -> None:
 def _drop_manifest(location: TableLocation, epoch: Epoch) -> None:
     with contextlib.suppress(FileNotFoundError):
         location.filesystem().rm(location.path(spark_manifest_path(epoch)))
-    _remove_empty_staging_dirs(location, spark_manifest_path(epoch).rsplit("/", 1)[0])
+    remove_empty_staging_dirs(location, spark_manifest_path(epoch).rsplit("/", 1)[0])

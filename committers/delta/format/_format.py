@@ -63,6 +63,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from committers.delta.format._format_writer import FORMAT_NAME, batch_writer, stream_writer
 from committers.delta.read._source import FETCH_BATCHES, DeltaScan, delta_source
 from committers.delta.read._stream import DeltaLogTail, StreamStart
 from committers.delta.storage._storage import TableLocation
@@ -89,7 +90,6 @@ __all__ = [
     "spark_schema",
 ]
 
-FORMAT_NAME = "deltalake"
 #: The options of a read that are not storage options.
 READ_OPTIONS = ("path", "versionAsOf", "timestampAsOf", "maxSplitBytes", "filterPushdown")
 #: The options only a streaming read takes.
@@ -424,12 +424,8 @@ class DeltaDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
         """``df.write.format("deltalake")``: one exactly-once commit (see
         ``_format_writer.py`` for the options and the checks)."""
-        from committers.delta.format._format_writer import batch_writer
-
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamWriter:
         """``df.writeStream.format("deltalake")``: one exactly-once commit per micro-batch."""
-        from committers.delta.format._format_writer import stream_writer
-
         return stream_writer(self.options, schema, overwrite)

@@ -40,7 +40,6 @@ import pyarrow.compute as pc
 from pyspark.sql.types import StructType as SparkStructType
 
 from committers.delta._sink import DeltaSink
-from committers.delta.format._format import FORMAT_NAME
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import ArrayType, DeltaField, MapType, StructType, walk
 from committers.delta.table._replace_where import ReplaceWhere
@@ -55,7 +54,17 @@ from framework.sink import Epoch
 from framework.spark._format_writer import SinkBatchWriter, SinkStreamWriter
 from framework.spark._two_phase import arrow_schema_of
 
-__all__ = ["WRITE_OPTIONS", "DeltaBatchCheck", "WriteOptions", "batch_writer", "stream_writer"]
+__all__ = [
+    "FORMAT_NAME",
+    "WRITE_OPTIONS",
+    "DeltaBatchCheck",
+    "WriteOptions",
+    "batch_writer",
+    "stream_writer",
+]
+
+#: The name both directions of the format register under (read in ``_format.py``).
+FORMAT_NAME = "deltalake"
 
 log = logging.getLogger("committers.delta")
 

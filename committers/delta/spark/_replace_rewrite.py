@@ -48,6 +48,7 @@ from committers.delta.spark._arrow_rewrite import (
     in_tasks,
     rewriting,
 )
+from committers.delta.spark._scan import read_schema, scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
     run_directory,
@@ -355,15 +356,14 @@ def _scan(
     each file's ``_FILE`` value mapped to its candidate index."""
     from pyspark.sql import functions as F
 
-    from committers.delta.commit._compact import _read_schema, _root_path  # (imports the committer)
     from framework.spark._files import parquet_files
 
     plan, candidates = job.plan, job.candidates
     root = spark_uri(job.location.uri.rstrip("/"))
-    root_path = _root_path(session, root)
+    root_path = scan_root_path(session, root)
     files = [candidates[i] for i in chosen]
     scan = parquet_files(
-        session, [f"{root}/{c.path}" for c in files], schema=_read_schema(plan.layout)
+        session, [f"{root}/{c.path}" for c in files], schema=read_schema(plan.layout)
     )
     file_path = scan.metadataColumn("_metadata").getField("file_path")
     # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".

@@ -73,11 +73,13 @@ from deltalake import DeltaTable
 
 from committers.delta.read._source import spell_partition_value
 from committers.delta.spark._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
+from committers.delta.spark._scan import scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
     run_directory,
     spark_uri,
 )
+from committers.delta.spark._upsert_plan import UpsertPlan
 from committers.delta.spark._upsert_touched import (
     Candidate,
     KeyColumn,
@@ -88,22 +90,18 @@ from committers.delta.spark._upsert_touched import (
     keys_to_drop,
 )
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._delta_schema import DeltaField, arrow_type, quote, spark_type, walk
+from committers.delta.table._delta_schema import arrow_type, quote, spark_type
 from committers.delta.table._protocol import UnsupportedTableFeatureError
-from committers.delta.table._rules import TableShape, WritePlan
-from committers.delta.table._schema import HIVE_NULL, SchemaMode, serialize_partition_value
+from committers.delta.table._rules import WritePlan
+from committers.delta.table._schema import HIVE_NULL, serialize_partition_value
 from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.table._table import open_table, removal_path
 from committers.delta.write._committable import ReplacedFile, Rewrite, StagedRewrite
 from committers.delta.write._options import Staging, WriterOptions
 from framework.errors import (
-    CommitConflictError,
-    ConfigurationError,
     ConstraintViolationError,
     RowCountMismatchError,
-    SchemaMismatchError,
     StagingError,
-    UnsupportedTypeError,
 )
 from framework.sink import Epoch, InputPlan, PlannedColumn, RowCheck
 from framework.spark._files import parquet_files
@@ -111,15 +109,7 @@ from framework.spark._files import parquet_files
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = [
-    "UpsertConflictError",
-    "UpsertPlan",
-    "UpsertSpec",
-    "UpsertStager",
-    "check_upsert_table",
-    "classic_session",
-    "plan_upsert",
-]
+__all__ = ["UpsertStager"]
 
 log = logging.getLogger("committers.delta")
 
@@ -135,22 +125,8 @@ _FILE = "__sparksink_file__"
 _APPLIES = "__sparksink_applies__"
 _FILLED = "__sparksink_filled__"
 _GLOB_CHARACTERS = frozenset("{}[]*?\\")
-_KEY_TYPES = frozenset(
-    {"byte", "short", "integer", "long", "string", "binary", "boolean", "date", "timestamp"}
-    | {"timestamp_ntz"}
-)
 _STRING_BOUND_CHARS = 32  # a longer string bound may have been truncated by its writer
 _TIMESTAMP_SLACK = datetime.timedelta(milliseconds=1)  # writers truncating to milliseconds
-CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
-APPEND_ONLY = "delta.appendOnly"
-
-
-class UpsertConflictError(CommitConflictError):
-    """Another writer removed a file this upsert rewrites (it rewrote, deleted from or
-    overwrote it) while the batch was being computed, again after the batch was computed once
-    more on the newer snapshot. Nothing of the batch was committed and its staged files were
-    deleted; restarting the query (or re-running the write) computes it on the table as it is
-    then."""
 
 
 def _key(index: int) -> str:
@@ -165,401 +141,6 @@ def _sequence(index: int) -> str:
 def _stored(index: int) -> str:
     """A stored row's ``sequence_by`` value, by position."""
     return f"__sparksink_stored_{index}__"
-
-
-# -- options --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class UpsertSpec:
-    """The options of ``mode="upsert"``, validated (see :meth:`of`)."""
-
-    keys: tuple[str, ...]
-    sequence_by: tuple[str, ...] = ()
-    delete_when: str | None = None
-    partial_updates: bool = False
-
-    @classmethod
-    def of(
-        cls,
-        mode: str,
-        keys: Sequence[str] | None,
-        sequence_by: str | Sequence[str] | None,
-        delete_when: str | None,
-        partial_updates: bool = False,
-    ) -> UpsertSpec | None:
-        """The spec for ``mode`` (``None`` unless ``mode="upsert"``).
-
-        Raises:
-            ConfigurationError: an upsert option without ``mode="upsert"``, an upsert without
-                keys, or an option of the wrong shape.
-        """
-        given = [
-            name
-            for name, value in (
-                ("keys", keys),
-                ("sequence_by", sequence_by),
-                ("delete_when", delete_when),
-                ("partial_updates", partial_updates or None),
-            )
-            if value is not None
-        ]
-        if mode != "upsert":
-            if given:
-                raise ConfigurationError(
-                    f"{', '.join(given)} {'is an option' if len(given) == 1 else 'are options'} "
-                    f"of mode='upsert' (got mode={mode!r}). Pass mode='upsert' to update and "
-                    "delete rows by key."
-                )
-            return None
-        if not keys:
-            raise ConfigurationError(
-                "mode='upsert' needs keys=[...]: the columns that identify a row, e.g. keys=['id']"
-            )
-        key_names = _names("keys", keys)
-        sequence = () if sequence_by is None else _names("sequence_by", sequence_by)
-        overlap = {k.lower() for k in key_names} & {s.lower() for s in sequence}
-        if overlap:
-            raise ConfigurationError(
-                f"sequence_by names key column(s) {sorted(overlap)}: the sequence orders the "
-                "changes of one key, so it must be another column (e.g. a change timestamp)"
-            )
-        if delete_when is not None and (not isinstance(delete_when, str) or not delete_when):
-            raise ConfigurationError(
-                f"delete_when must be a Spark SQL predicate (a non-empty string), e.g. "
-                f"\"op = 'D'\", got {delete_when!r}"
-            )
-        if not isinstance(partial_updates, bool):
-            raise ConfigurationError(
-                f"partial_updates must be True or False, got {partial_updates!r}"
-            )
-        return cls(key_names, sequence, delete_when, partial_updates)
-
-
-def _names(option: str, value: str | Sequence[str]) -> tuple[str, ...]:
-    names = (value,) if isinstance(value, str) else tuple(value)
-    if not names or not all(isinstance(n, str) and n for n in names):
-        raise ConfigurationError(
-            f"{option} must be a column name or a non-empty list of column names, got {value!r}"
-        )
-    if len({n.lower() for n in names}) != len(names):
-        raise ConfigurationError(f"{option} lists a column twice: {list(names)}")
-    return names
-
-
-# -- planning (driver, before anything runs) ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class UpsertPlan:
-    """How a batch of the input becomes changes by key. Plain data: it pickles with the sink.
-
-    Attributes:
-        keys: the key columns as the input spells them.
-        table_keys: the same as the table spells them.
-        sequence: the ``sequence_by`` columns as the input spells them.
-        tie_break: the input's other columns compared on a tie, each with whether it is
-            compared by its JSON text (it holds maps, which Spark cannot order).
-        written: the input columns the table gets (all but the change-only ones).
-        dropped: the change-only columns (read by ``delete_when``, not table columns): used,
-            never written.
-        delete_when: the delete predicate, or ``None``.
-        table_sequence: the ``sequence_by`` columns as the table spells them (each change is
-            compared with the stored row's values of them).
-        filled: with ``partial_updates``, the table columns the input lacks (generated ones
-            aside): an updated row keeps its stored values, an inserted row gets NULL.
-    """
-
-    keys: tuple[str, ...]
-    table_keys: tuple[str, ...]
-    sequence: tuple[str, ...]
-    tie_break: tuple[tuple[str, bool], ...]
-    written: tuple[str, ...]
-    dropped: tuple[str, ...]
-    delete_when: str | None
-    table_sequence: tuple[str, ...] = ()
-    filled: tuple[str, ...] = ()
-
-
-def plan_upsert(
-    session: SparkSession,
-    spec: UpsertSpec,
-    input_schema: pa.Schema,
-    table: TableShape | None,
-    table_uri: str,
-    schema_mode: SchemaMode = "strict",
-) -> tuple[UpsertPlan, pa.Schema]:
-    """The upsert plan for input of ``input_schema`` into ``table`` (``None``: the first commit
-    creates it), and the schema of what is written to the table.
-
-    Which input columns are written: every one, except the columns ``delete_when`` reads that
-    are not columns of the table (nor keys or ``sequence_by`` columns): ``op`` of
-    ``delete_when="op = 'D'"`` is not written, ``ts`` of ``sequence_by="ts"`` always is (each
-    change is compared with the stored row's). With ``partial_updates``, the table's columns
-    the input lacks follow, typed as the table (the stager fills them in).
-
-    Raises:
-        SchemaMismatchError: a key or ``sequence_by`` column is missing from the input, or from
-            the table (a ``sequence_by`` column may be added by ``schema_mode="merge"``); the
-            input lacks table columns and ``partial_updates`` is off.
-        UnsupportedTypeError: a key or ``sequence_by`` column of a type that cannot be
-            compared as the upsert must.
-        ConfigurationError: ``delete_when`` does not parse, names columns the input lacks, or
-            is not a deterministic boolean predicate (analyzed by ``session``, no job runs); a
-            ``sequence_by`` column partitions the table.
-    """
-    fields = {f.name.lower(): f for f in input_schema}
-
-    def find(name: str, option: str) -> pa.Field:
-        found = fields.get(name.lower())
-        if found is None:
-            raise SchemaMismatchError(
-                f"{option} names {name!r}, which is not a column of the input (columns: "
-                f"{input_schema.names}). Every {option} column must be in the DataFrame."
-            )
-        return found
-
-    keys = tuple(find(k, "keys").name for k in spec.keys)
-    sequence = tuple(find(s, "sequence_by").name for s in spec.sequence_by)
-    for name in sequence:
-        _check_sequence_type(name, input_schema.field(name).type)
-    read_by_delete = _delete_when_columns(session, spec.delete_when, input_schema)
-    lower_keys = {k.lower() for k in keys}
-    lower_sequence = {s.lower() for s in sequence}
-    table_names = {} if table is None else {f.name.lower(): f.name for f in table.schema.fields}
-    dropped = {c.lower() for c in read_by_delete} - lower_keys - lower_sequence - set(table_names)
-    written = pa.schema([f for f in input_schema if f.name.lower() not in dropped])
-    filled: list[pa.Field] = []
-    if table is not None:
-        _check_table_columns(keys, sequence, table, table_uri, schema_mode)
-        filled = _filled_columns(spec, written, table, table_uri)
-    plan = UpsertPlan(
-        keys=keys,
-        table_keys=tuple(table_names.get(k.lower(), k) for k in keys),
-        sequence=sequence,
-        tie_break=tuple(
-            (f.name, _holds_maps(f.type))
-            for f in input_schema
-            if f.name.lower() not in lower_keys and f.name.lower() not in lower_sequence
-        ),
-        written=tuple(written.names),
-        dropped=tuple(f.name for f in input_schema if f.name.lower() in dropped),
-        delete_when=spec.delete_when,
-        table_sequence=tuple(table_names.get(s.lower(), s) for s in sequence),
-        filled=tuple(f.name for f in filled),
-    )
-    return plan, pa.schema([*written, *filled])
-
-
-def _check_table_columns(
-    keys: Sequence[str],
-    sequence: Sequence[str],
-    table: TableShape,
-    table_uri: str,
-    schema_mode: SchemaMode,
-) -> None:
-    """Keys must be columns of the table, ``sequence_by`` columns data columns of it (or
-    columns ``schema_mode="merge"`` adds).
-
-    Raises:
-        SchemaMismatchError: a key or ``sequence_by`` column the table lacks.
-        ConfigurationError: a ``sequence_by`` column that partitions the table.
-    """
-    names = {f.name.lower() for f in table.schema.fields}
-    columns = [f.name for f in table.schema.fields]
-    missing = [k for k in keys if k.lower() not in names]
-    if missing:
-        raise SchemaMismatchError(
-            f"keys {missing} are not columns of {table_uri} (its columns: {columns}): an "
-            "upsert finds the rows to change by their keys, so the table must have them."
-        )
-    unstored = [s for s in sequence if s.lower() not in names]
-    if unstored and schema_mode != "merge":
-        raise SchemaMismatchError(
-            f"sequence_by names {unstored}, not {'a column' if len(unstored) == 1 else 'columns'} "
-            f"of {table_uri} (its columns: {columns}): an upsert compares each change's "
-            "sequence with the row the table holds for its key, so the table must store it. "
-            "Add the column to the table (schema_mode='merge' adds it with this write; the "
-            "rows already there then have no sequence value and count as older than any "
-            "change), or leave sequence_by out."
-        )
-    partitioned = [s for s in sequence if s.lower() in {p.lower() for p in table.partition_by}]
-    if partitioned:
-        raise ConfigurationError(
-            f"sequence_by names {partitioned}, partition column(s) of {table_uri}: the upsert "
-            "compares each change's sequence with the stored row's, read from the data "
-            "files. Sequence by a data column (a change timestamp, a log position)."
-        )
-
-
-def _filled_columns(
-    spec: UpsertSpec, written: pa.Schema, table: TableShape, table_uri: str
-) -> list[pa.Field]:
-    """The table's columns the input lacks (generated ones aside: the table's rules compute
-    them), typed as the table and nullable; ``[]`` unless ``partial_updates``.
-
-    Raises:
-        SchemaMismatchError: the input lacks such columns and ``partial_updates`` is off.
-    """
-    given = {n.lower() for n in written.names}
-    lacking = [
-        f
-        for f in table.arrow_schema()
-        if f.name.lower() not in given and f.name not in table.generated_columns
-    ]
-    if lacking and not spec.partial_updates:
-        raise SchemaMismatchError(
-            f"the input lacks column(s) {[f.name for f in lacking]} of {table_uri}: an upsert "
-            "replaces the whole row of each key it updates, so these columns would become "
-            "NULL in every updated row. Add them to the DataFrame, or pass "
-            "partial_updates=True to keep the stored values of the columns the input lacks "
-            "(a row it inserts gets NULL in them)."
-        )
-    return [f.with_nullable(True) for f in lacking] if spec.partial_updates else []
-
-
-def check_upsert_table(
-    upsert: UpsertPlan, plan: WritePlan, table: DeltaTable | None, table_uri: str
-) -> None:
-    """Refuse tables an upsert cannot rewrite exactly (see the Raises).
-
-    Raises:
-        UnsupportedTypeError: a key column of a type the upsert does not match on.
-        UnsupportedTableFeatureError: column mapping, deletion vectors, an append-only table or
-            one with the change data feed enabled.
-        ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
-    """
-    shape = plan.shape
-    for name in upsert.table_keys:
-        _check_key_type(name, shape.schema.field(name))
-    configuration = dict(shape.configuration)
-    problem = None
-    if shape.column_mapping:
-        problem = "it uses column mapping (Spark's Parquet writer has no physical names)"
-    elif table is not None and (
-        "deletionVectors" in shape.features
-        or "deletionVectors" in set(table.protocol().reader_features or ())
-    ):
-        problem = (
-            "it uses deletion vectors (the upsert reads the Parquet files directly and would "
-            "bring back the rows the vectors delete)"
-        )
-    elif configuration.get(APPEND_ONLY, "false").lower() == "true":
-        problem = f"it is append-only ({APPEND_ONLY}=true): its rows may not be changed"
-    elif configuration.get(CHANGE_DATA_FEED, "false").lower() == "true":
-        problem = (
-            f"it has the change data feed enabled ({CHANGE_DATA_FEED}=true), which needs change "
-            "files for updates and deletes that this sink does not write"
-        )
-    if problem:
-        raise UnsupportedTableFeatureError(
-            f"mode='upsert' cannot write {table_uri}: {problem}. Nothing was written. Use "
-            "delta-spark's MERGE for this table."
-        )
-    if any(len(path) > 1 and not f.nullable for path, f in walk(shape.schema)):
-        raise ConfigurationError(
-            "mode='upsert' rewrites files with Spark's Parquet writer, which cannot keep NOT "
-            "NULL fields inside structs (deltalake's reader then refuses the files); nothing "
-            "was written. Use delta-rs's DeltaTable.merge() for this table."
-        )
-
-
-def _holds_maps(t: pa.DataType) -> bool:
-    if pa.types.is_map(t):
-        return True
-    if pa.types.is_struct(t):
-        return any(_holds_maps(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _holds_maps(t.value_type)
-    return False
-
-
-def _check_sequence_type(name: str, t: pa.DataType) -> None:
-    if (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-    ):
-        return
-    raise UnsupportedTypeError(
-        f"sequence_by column {name!r} is {t}: the changes of a key are ordered by it, so it "
-        "must be a number, string, date or timestamp. To order by several columns (e.g. a "
-        "timestamp, then a log position), pass sequence_by=['ts', 'lsn']."
-    )
-
-
-def _check_key_type(name: str, f: DeltaField) -> None:
-    t = f.type
-    if isinstance(t, str) and (t in _KEY_TYPES or t.startswith("decimal")):
-        return
-    shown = t if isinstance(t, str) else type(t).__name__.removesuffix("Type").lower()
-    raise UnsupportedTypeError(
-        f"key column {name!r} is of type {shown}: upsert keys must be integers, decimals, "
-        "strings, binary, booleans, dates or timestamps (floating-point numbers compare "
-        "inexactly; nested values cannot be matched by key)."
-    )
-
-
-def classic_session() -> SparkSession | None:
-    """The classic SparkSession of this process (``None`` without a SparkContext here, as in a
-    Spark Connect client, or when the active session is a Spark Connect one)."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    if SparkContext._active_spark_context is None:
-        return None
-    session = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-    # A Spark Connect session, even with a JVM here (a local Connect server in this process):
-    # its DataFrames cannot reach Spark's writer.
-    return None if type(session).__module__.startswith("pyspark.sql.connect") else session
-
-
-def _delete_when_columns(
-    session: SparkSession, delete_when: str | None, input_schema: pa.Schema
-) -> tuple[str, ...]:
-    """The input columns ``delete_when`` reads, found by Spark's analyzer on an empty
-    DataFrame of ``input_schema`` (no job runs).
-
-    Raises:
-        ConfigurationError: ``delete_when`` does not parse, does not analyze over the input
-            (an unknown column, an aggregate), is not boolean, or is not deterministic.
-    """
-    if delete_when is None:
-        return ()
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import BooleanType
-
-    empty = session.createDataFrame([], from_arrow_schema(input_schema))
-    try:
-        probe = empty.select(F.expr(delete_when).alias(_DELETE))
-        data_type = probe.schema[0].dataType
-        analyzed: Any = probe._jdf.queryExecution().analyzed()
-        deterministic = bool(analyzed.expressions().apply(0).deterministic())
-        references = analyzed.references().toSeq()
-        names = [str(references.apply(i).name()) for i in range(references.size())]
-    except Exception as err:  # ParseException, AnalysisException (Py4J-wrapped)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigurationError(
-            f"delete_when {delete_when!r} is not a Spark SQL predicate over the input's "
-            f"columns ({input_schema.names}): {type(err).__name__}: {first}"
-        ) from err
-    if not isinstance(data_type, BooleanType):
-        raise ConfigurationError(
-            f"delete_when {delete_when!r} is of type {data_type.simpleString()}, not a boolean "
-            "predicate: write it as a condition, e.g. \"op = 'D'\""
-        )
-    if not deterministic:
-        raise ConfigurationError(
-            f"delete_when {delete_when!r} is not deterministic: a replayed batch must delete "
-            "the same rows"
-        )
-    spelled = {n.lower(): n for n in input_schema.names}
-    return tuple(dict.fromkeys(spelled[n.lower()] for n in names if n.lower() in spelled))
 
 
 # -- one batch (driver-driven Spark work) ---------------------------------------------------
@@ -1146,10 +727,8 @@ class UpsertStager:
         decoded path of their file in ``_FILE``; and the files by that path."""
         from pyspark.sql import functions as F
 
-        from committers.delta.commit._compact import _root_path  # (imports the committer)
-
         root = spark_uri(self._location.uri.rstrip("/"))
-        root_path = _root_path(session, root)
+        root_path = scan_root_path(session, root)
         fields = {f.name: f for f in self._plan.shape.schema.fields}
         ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
         scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)

@@ -13,6 +13,7 @@ manifest names the run's own directory instead, and everything below it belongs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -31,6 +32,8 @@ __all__ = [
     "manifest_path",
     "manifest_task_attempt",
     "read_manifests",
+    "remove_empty_directories",
+    "remove_empty_staging_dirs",
     "write_manifest",
 ]
 
@@ -157,3 +160,30 @@ def read_manifests(
         except FileNotFoundError:
             continue  # removed meanwhile by a concurrent clean-up
     return manifests
+
+
+def remove_empty_directories(location: TableLocation, relative: str) -> None:
+    """Remove the empty directories at and below ``relative`` (a run directory whose
+    uncommitted files were deleted), on file systems that have real directories."""
+    if not location.is_local:
+        return
+    top = location.path(relative)
+    for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)  # fails, as it should, while a committed file remains
+
+
+def remove_empty_staging_dirs(location: TableLocation, relative: str) -> None:
+    """Remove the staging directory ``relative`` and its parents (below ``_sink_staging``)
+    while they are empty, on file systems that have real directories."""
+    if not location.is_local:
+        return
+    parts = relative.split("/")
+    while len(parts) > 1 and parts[0] == STAGING_DIR:
+        try:
+            os.rmdir(location.path("/".join(parts)))
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # not empty: another run or epoch is still staging there
+        parts.pop()

@@ -37,7 +37,6 @@ import fsspec.asyn
 
 from committers.delta.storage._retry import STAGING_ERRORS, Verdict
 from committers.delta.storage._storage import TableLocation
-from committers.delta.write._options import MAX_UPLOAD_PART_SIZE
 from framework.asyncsink import (
     AsyncSinkWriter,
     AsyncSinkWriterConfig,
@@ -49,6 +48,8 @@ from framework.errors import DeliveryError, RetriesExhaustedError, StagingError
 from framework.sink import WriterContext
 
 __all__ = [
+    "MAX_UPLOAD_PART_SIZE",
+    "MIN_UPLOAD_PART_SIZE",
     "S3UploadErrorClassifier",
     "S3Uploader",
     "UploadStream",
@@ -57,6 +58,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+MIN_UPLOAD_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
+MAX_UPLOAD_PART_SIZE = 5 * 1024 * 1024 * 1024  # and its maximum
 DEFAULT_REQUEST_TIMEOUT_MS = 120_000  # one part of up to part_size bytes
 _THROTTLING_STATUS = frozenset({429, 503})
 _THROTTLING_CODES = frozenset(

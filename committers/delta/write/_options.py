@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from committers.delta.storage._upload import MAX_UPLOAD_PART_SIZE, MIN_UPLOAD_PART_SIZE
 from framework.errors import ConfigurationError
 
 __all__ = [
@@ -33,8 +34,6 @@ DEFAULT_MAX_OPEN_FILES = 32
 DEFAULT_COMPRESSION = "snappy"
 DEFAULT_UPLOAD_PART_SIZE = 8 * 1024 * 1024
 DEFAULT_UPLOAD_CONCURRENCY = 4
-MIN_UPLOAD_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
-MAX_UPLOAD_PART_SIZE = 5 * 1024 * 1024 * 1024  # and its maximum
 _COMPRESSIONS = ("snappy", "zstd", "gzip", "lz4", "brotli", "none")
 
 
