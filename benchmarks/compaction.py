@@ -37,7 +37,7 @@ from deltalake import DeltaTable
 
 from committers.delta import DeltaSink
 from framework import TwoPhaseSink
-from framework.spark._files import parquet_files
+from framework.spark.connector import parquet_files
 
 PARTITIONS = 10
 TARGET = 128 * 1024 * 1024

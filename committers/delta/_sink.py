@@ -52,10 +52,10 @@ from committers.delta.write._options import (
 )
 from committers.delta.write._upsert_spec import UpsertSpec
 from committers.delta.write._writer import DeltaStagingWriter
-from framework._foreign_options import refuse_unknown_options
+from framework.connector import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
 from framework.sink import InputPlan, OutputMode, Sink, WriterContext
-from framework.spark._native import is_connect_dataframe
+from framework.spark.connector import is_connect_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

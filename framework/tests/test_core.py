@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -54,12 +55,48 @@ def test_runtime_and_testing_surfaces_are_pinned():
     assert '__all__ = ["BatchMetrics", "TwoPhaseSink"]' in spark_init
 
 
+def test_connector_apis_are_pinned():
+    """What connectors may use of the framework beyond its packages' APIs: the engine-agnostic
+    helpers and the Spark runtime's (pinned from source: importing it imports pyspark)."""
+    import framework.connector
+
+    assert sorted(framework.connector.__all__) == [
+        "check_row_count",
+        "crash_point",
+        "refuse_unknown_options",
+    ]
+    source = (Path(framework.__file__).parent / "spark" / "connector.py").read_text()
+    assigned = next(
+        node.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__"
+    )
+    assert sorted(ast.literal_eval(assigned)) == [
+        "AdmissionLimit",
+        "BoundedSourceReader",
+        "FileDiscovery",
+        "FileStreamReader",
+        "SinkBatchWriter",
+        "SinkStreamWriter",
+        "SparkStager",
+        "StagesWithSpark",
+        "apply_input_plan",
+        "arrow_schema_of",
+        "is_connect_dataframe",
+        "parquet_files",
+        "register_data_source",
+        "staging_job_group",
+        "translate_task_error",
+        "wait_for_tasks_to_end",
+    ]
+
+
 def test_core_imports_without_pyspark_or_deltalake():
     code = (
         "import sys\n"
         "sys.modules['pyspark'] = None\n"
         "sys.modules['deltalake'] = None\n"
-        "import framework, framework.sink, framework.errors\n"
+        "import framework, framework.sink, framework.errors, framework.connector\n"
         "assert 'pyspark' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
         "print('ok')\n"
     )

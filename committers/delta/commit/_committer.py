@@ -82,7 +82,7 @@ from committers.delta.write._committable import (
 )
 from committers.delta.write._options import Staging, WriterOptions
 from committers.delta.write._upsert_spec import UpsertConflictError
-from framework._crash import crash_point
+from framework.connector import crash_point
 from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,

@@ -88,7 +88,7 @@ from framework.errors import (
     SinkError,
 )
 from framework.sink import Epoch
-from framework.spark._native import is_connect_dataframe
+from framework.spark.connector import is_connect_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

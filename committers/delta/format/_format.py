@@ -72,9 +72,13 @@ from committers.delta.table._skipping import Op, Predicate, is_exact
 from committers.delta.table._snapshot import Snapshot, SnapshotSpec, open_snapshot
 from framework.errors import ConfigurationError
 from framework.source import FileGroupSource, FileSourceConfig
-from framework.spark._format_writer import SinkBatchWriter, SinkStreamWriter
-from framework.spark._source import BoundedSourceReader
-from framework.spark._stream_source import AdmissionLimit, FileStreamReader
+from framework.spark.connector import (
+    AdmissionLimit,
+    BoundedSourceReader,
+    FileStreamReader,
+    SinkBatchWriter,
+    SinkStreamWriter,
+)
 
 __all__ = [
     "FORMAT_NAME",

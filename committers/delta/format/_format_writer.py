@@ -51,8 +51,7 @@ from framework.errors import (
     NullConstraintError,
 )
 from framework.sink import Epoch
-from framework.spark._format_writer import SinkBatchWriter, SinkStreamWriter
-from framework.spark._two_phase import arrow_schema_of
+from framework.spark.connector import SinkBatchWriter, SinkStreamWriter, arrow_schema_of
 
 __all__ = [
     "FORMAT_NAME",

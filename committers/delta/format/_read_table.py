@@ -41,7 +41,7 @@ from committers.delta.spark._spark_staging import hadoop_has_filesystem, spark_u
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import quote, spark_type
 from committers.delta.table._snapshot import Snapshot, SnapshotSpec, open_snapshot
-from framework.spark._files import parquet_files
+from framework.spark.connector import parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -69,7 +69,7 @@ def register(spark: SparkSession) -> None:
     ``filterPushdown`` need ``spark.sql.python.filterPushdown.enabled=true``.
     """
     from committers.delta.format._format import DeltaDataSource
-    from framework.spark._source import register_data_source
+    from framework.spark.connector import register_data_source
 
     register_data_source(spark, DeltaDataSource, filter_pushdown=False)
 

@@ -1,6 +1,6 @@
 """A Delta table as an unbounded input: the files its commits append, in log order.
 
-:class:`DeltaLogTail` is the :class:`~framework.spark._stream_source.FileDiscovery` of
+:class:`DeltaLogTail` is the :class:`~framework.spark.connector.FileDiscovery` of
 ``spark.readStream.format("deltalake")``. Its offsets are positions in the table's history::
 
     {"tableId": <metaData id>, "version": v, "index": i, "snapshot": false}
@@ -76,7 +76,7 @@ from committers.delta.table._snapshot import (
 )
 from framework.errors import ConfigurationError, DestinationError, SinkError
 from framework.source import FileGroupSource, FileSourceConfig, FileSplit
-from framework.spark._stream_source import AdmissionLimit
+from framework.spark.connector import AdmissionLimit
 
 __all__ = ["DeltaLogTail", "SourceTableChangedError", "StreamStart"]
 

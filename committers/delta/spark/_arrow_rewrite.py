@@ -47,7 +47,7 @@ from committers.delta.table._stats import FileStatsCollector
 from committers.delta.write._committable import StagedFile, logged_records
 from committers.delta.write._options import WriterOptions
 from committers.delta.write._writer import parquet_writer
-from framework._row_count import check_row_count
+from framework.connector import check_row_count
 from framework.errors import SinkError, StagingError
 from framework.source import FileSplit
 
@@ -206,8 +206,11 @@ def rewriting(spark: SparkSession, failure: str) -> Iterator[None]:
     """Run the body's Spark jobs in a job group; on failure, wait for its tasks to stop (no
     late file may follow the clean-up) and raise the sink's error: a ``SinkError`` a task
     raised, or a ``StagingError`` starting with ``failure``."""
-    from framework.spark._errors import translate_task_error
-    from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
+    from framework.spark.connector import (
+        staging_job_group,
+        translate_task_error,
+        wait_for_tasks_to_end,
+    )
 
     probe = spark.range(0)
     group: str | None = None

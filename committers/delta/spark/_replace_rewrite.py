@@ -302,7 +302,7 @@ def _with_spark(
     """
     from pyspark.sql import functions as F
 
-    from framework.spark._plan import apply_input_plan
+    from framework.spark.connector import apply_input_plan
 
     location, plan = job.location, job.plan
     globbed = [c.path for c in job.candidates if _GLOB_CHARACTERS & set(c.path)]
@@ -356,7 +356,7 @@ def _scan(
     each file's ``_FILE`` value mapped to its candidate index."""
     from pyspark.sql import functions as F
 
-    from framework.spark._files import parquet_files
+    from framework.spark.connector import parquet_files
 
     plan, candidates = job.plan, job.candidates
     root = spark_uri(job.location.uri.rstrip("/"))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from committers.delta.table._delta_schema import parse_arrow_schema, quote, spark_type
 from committers.delta.table._rules import FileLayout
-from framework.spark._files import parquet_files
+from framework.spark.connector import parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -40,10 +40,9 @@ from committers.delta.table._schema import HIVE_NULL
 from committers.delta.table._stats import FileStatsCollector
 from committers.delta.write._committable import StagedFile, logged_records
 from committers.delta.write._options import WriterOptions
-from framework._crash import crash_point
-from framework._row_count import check_row_count
+from framework.connector import check_row_count, crash_point
 from framework.errors import StagingError
-from framework.spark._native import is_connect_dataframe
+from framework.spark.connector import is_connect_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -104,7 +104,7 @@ from framework.errors import (
     StagingError,
 )
 from framework.sink import Epoch, InputPlan, PlannedColumn, RowCheck
-from framework.spark._files import parquet_files
+from framework.spark.connector import parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -261,8 +261,11 @@ class UpsertStager:
         return staged, written
 
     def _redo(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
-        from framework.spark._errors import translate_task_error
-        from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
+        from framework.spark.connector import (
+            staging_job_group,
+            translate_task_error,
+            wait_for_tasks_to_end,
+        )
 
         again = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-redo")
         group: str | None = None
@@ -297,7 +300,7 @@ class UpsertStager:
         """The batch with its keys and sequence values checked (a NULL fails the task), its
         keys and sequence values copied into positional names and the delete flag, before the
         input's columns."""
-        from framework.spark._plan import apply_input_plan
+        from framework.spark.connector import apply_input_plan
 
         upsert = self._upsert
         shown = (*upsert.keys, *upsert.sequence)
@@ -644,7 +647,7 @@ class UpsertStager:
         bytes per row)."""
         from pyspark.sql import functions as F
 
-        from framework.spark._plan import apply_input_plan
+        from framework.spark.connector import apply_input_plan
 
         rows_per_file = (
             self._options.target_file_size / self._bytes_per_row
@@ -947,7 +950,7 @@ class UpsertStager:
         rows (partition values spelled, no checks: they are the table's)."""
         from pyspark.sql import functions as F
 
-        from framework.spark._plan import apply_input_plan
+        from framework.spark.connector import apply_input_plan
 
         shape = self._plan.shape
         sequence = self._upsert.table_sequence
