@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from framework.errors import ConfigurationError
-from framework.sink._serializers import VersionedSerializer
+from framework.sink import VersionedSerializer
 
 __all__ = [
     "Boundedness",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from framework.errors import ConfigurationError
-from framework.sink._serializers import VersionedSerializer
+from framework.sink import VersionedSerializer
 from framework.source._api import (
     Boundedness,
     Source,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from framework.errors import SinkError
-from framework.sink._serializers import (
+from framework.sink import (
     VersionedSerializer,
     deserialize_versioned,
     serialize_versioned,
