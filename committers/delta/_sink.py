@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import inspect
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,7 +51,7 @@ from committers.delta.write._options import (
     WriterOptions,
     check_staging,
 )
-from committers.delta.write._upsert_spec import UpsertSpec
+from committers.delta.write._upsert_spec import UpsertSpec, given_keywords
 from committers.delta.write._writer import DeltaStagingWriter
 from framework.connector import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
@@ -132,6 +133,9 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             shape of staged Parquet files (see ``WriterOptions``).
         upload_part_size, upload_concurrency: S3 uploads of the ``"arrow"`` staging: bytes
             per multipart part (5 MiB to 5 GiB) and parts in flight per task.
+        writer_options: all of the above as one :class:`WriterOptions` value, instead of the
+            keywords (giving both a keyword other than its default and ``writer_options`` is
+            refused).
         table_configuration: Delta table properties used when the sink creates the table
             (column mapping excluded: create such tables first, the sink writes into them).
         staging: who writes the Parquet files. ``"spark"``: Spark's own Parquet writer (rows
@@ -170,6 +174,9 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         partial_updates: with ``mode="upsert"``: the input may lack table columns; an updated
             row keeps its stored values of them (an inserted row gets NULL). Off by default:
             an input lacking a table column is refused.
+        upsert: with ``mode="upsert"``: ``keys``, ``sequence_by``, ``delete_when`` and
+            ``partial_updates`` as one ``UpsertSpec`` value
+            (``committers.delta.write.UpsertSpec``), instead of the keywords.
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -197,6 +204,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         compression: str = DEFAULT_COMPRESSION,
         upload_part_size: int = DEFAULT_UPLOAD_PART_SIZE,
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
+        writer_options: WriterOptions | None = None,
         table_configuration: Mapping[str, str] | None = None,
         staging: Staging = "auto",
         user_metadata: str | None = None,
@@ -206,6 +214,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         sequence_by: str | Sequence[str] | None = None,
         delete_when: str | None = None,
         partial_updates: bool = False,
+        upsert: UpsertSpec | None = None,
         unsafe_skip_conditional_put_check: bool = False,
         **unknown: object,
     ) -> None:
@@ -231,7 +240,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         self.partition_by = partition_by
         self.schema_mode: SchemaMode = schema_mode
         self.location = TableLocation.of(table_uri, storage_options)
-        self.options = WriterOptions(
+        self.options = _writer_options(
+            writer_options,
             target_file_size=target_file_size,
             row_group_bytes=row_group_bytes,
             row_group_rows=row_group_rows,
@@ -259,7 +269,9 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             )
         if replace_where is not None and mode != "overwrite":
             raise ConfigurationError("replace_where needs mode='overwrite'")
-        self._upsert_spec = UpsertSpec.of(mode, keys, sequence_by, delete_when, partial_updates)
+        self._upsert_spec = _upsert_spec(
+            mode, upsert, keys, sequence_by, delete_when, partial_updates
+        )
         if self._upsert_spec is not None and staging == "arrow":
             raise ConfigurationError(
                 "mode='upsert' computes each batch's changes and writes its new rows with "
@@ -588,3 +600,57 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             + (f", keys={list(self._upsert_spec.keys)!r}" if self._upsert_spec else "")
             + ")"
         )
+
+
+def _writer_options(given: WriterOptions | None, **keywords: Any) -> WriterOptions:
+    """``given``, or the options the keywords spell (each keyword defaults to the field's
+    default).
+
+    Raises:
+        ConfigurationError: ``given`` is no :class:`WriterOptions`, or a keyword other than
+            its default comes with it (which of the two would win is not obvious).
+    """
+    if given is None:
+        return WriterOptions(**keywords)
+    if not isinstance(given, WriterOptions):
+        raise ConfigurationError(
+            f"writer_options must be a WriterOptions, got {type(given).__name__}"
+        )
+    defaults = {f.name: f.default for f in dataclasses.fields(WriterOptions)}
+    both = sorted(name for name, value in keywords.items() if value != defaults[name])
+    if both:
+        raise ConfigurationError(
+            f"{', '.join(both)} given both as keyword and through writer_options: set "
+            f"{'it' if len(both) == 1 else 'them'} in the WriterOptions only"
+        )
+    return given
+
+
+def _upsert_spec(
+    mode: str,
+    given: UpsertSpec | None,
+    keys: Sequence[str] | None,
+    sequence_by: str | Sequence[str] | None,
+    delete_when: str | None,
+    partial_updates: bool,
+) -> UpsertSpec | None:
+    """The upsert's spec: ``given``, or the one the keywords spell (``None`` unless
+    ``mode="upsert"``).
+
+    Raises:
+        ConfigurationError: ``given`` without ``mode="upsert"``, together with an upsert
+            keyword, or not an :class:`UpsertSpec`; or the keywords are invalid.
+    """
+    if given is None:
+        return UpsertSpec.of(mode, keys, sequence_by, delete_when, partial_updates)
+    if not isinstance(given, UpsertSpec):
+        raise ConfigurationError(f"upsert must be an UpsertSpec, got {type(given).__name__}")
+    if mode != "upsert":
+        raise ConfigurationError(f"upsert=UpsertSpec(...) needs mode='upsert' (got mode={mode!r})")
+    keywords = given_keywords(keys, sequence_by, delete_when, partial_updates)
+    if keywords:
+        raise ConfigurationError(
+            f"{', '.join(keywords)} given both as keyword and through upsert=UpsertSpec(...): "
+            "set them in the UpsertSpec only"
+        )
+    return given

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from committers.delta import DeltaSink
+from committers.delta import DeltaSink, WriterOptions
+from committers.delta.write import UpsertSpec
 from committers.tests._spark_helpers import file_stream, make_source
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError
@@ -91,3 +92,72 @@ def test_write_calls_refuse_the_wrong_kind_of_dataframe_and_missing_checkpoints(
 def test_a_global_committer_without_a_serializer_is_refused(spark, tmp_path):
     with pytest.raises(ConfigurationError, match="has a global committer but no committable"):
         TwoPhaseSink(_NoSerializerSink()).write(spark.range(3))
+
+
+def test_delta_sink_takes_its_writer_and_upsert_options_as_values(tmp_path):
+    """``writer_options=`` and ``upsert=`` give the same sink as the keywords they stand for."""
+    uri = str(tmp_path / "t")
+    by_keywords = DeltaSink(
+        uri,
+        target_file_size=1 << 20,
+        compression="zstd",
+        mode="upsert",
+        keys="id",
+        sequence_by=["ts", "lsn"],
+        delete_when="op = 'D'",
+        partial_updates=True,
+    )
+    by_values = DeltaSink(
+        uri,
+        writer_options=WriterOptions(target_file_size=1 << 20, compression="zstd"),
+        mode="upsert",
+        upsert=UpsertSpec(
+            keys=["id"], sequence_by=("ts", "lsn"), delete_when="op = 'D'", partial_updates=True
+        ),
+    )
+    assert (
+        by_values.options
+        == by_keywords.options
+        == WriterOptions(target_file_size=1 << 20, compression="zstd")
+    )
+    assert by_values._upsert_spec == by_keywords._upsert_spec
+    assert by_values._upsert_spec == UpsertSpec(("id",), ("ts", "lsn"), "op = 'D'", True)
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"writer_options": WriterOptions(), "target_file_size": 1 << 20},
+            "target_file_size given both as keyword and through writer_options",
+        ),
+        ({"writer_options": {"compression": "zstd"}}, "writer_options must be a WriterOptions"),
+        ({"upsert": UpsertSpec(keys=("id",))}, "upsert=UpsertSpec(...) needs mode='upsert'"),
+        (
+            {"mode": "upsert", "upsert": UpsertSpec(keys=("id",)), "keys": ["id"]},
+            "keys given both as keyword and through upsert=UpsertSpec(...)",
+        ),
+        ({"mode": "upsert", "upsert": {"keys": ["id"]}}, "upsert must be an UpsertSpec"),
+    ],
+)
+def test_option_values_clashing_with_keywords_are_refused(tmp_path, kwargs, message):
+    with pytest.raises(ConfigurationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        DeltaSink(str(tmp_path / "t"), **kwargs)
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"keys": ()}, r"mode='upsert' needs keys=\[...\]"),
+        ({"keys": ("id", "ID")}, r"keys lists a column twice: \['id', 'ID'\]"),
+        ({"keys": ("id",), "sequence_by": ("ID",)}, r"sequence_by names key column\(s\) \['id'\]"),
+        ({"keys": ("id",), "sequence_by": []}, "sequence_by must be a column name or a non-empty"),
+        ({"keys": ("id",), "delete_when": ""}, "delete_when must be a Spark SQL predicate"),
+        ({"keys": ("id",), "partial_updates": "yes"}, "partial_updates must be True or False"),
+    ],
+)
+def test_an_upsert_spec_is_checked_when_it_is_made(kwargs, message):
+    with pytest.raises(ConfigurationError, match=message):
+        UpsertSpec(**kwargs)

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from framework.errors import (
-    CommitConflictError,
-    ConfigurationError,
-)
+from framework.errors import CommitConflictError, ConfigurationError
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["UpsertConflictError", "UpsertSpec"]
+__all__ = ["UpsertConflictError", "UpsertSpec", "given_keywords"]
 
 
 class UpsertConflictError(CommitConflictError):
@@ -30,12 +23,52 @@ class UpsertConflictError(CommitConflictError):
 
 @dataclass(frozen=True)
 class UpsertSpec:
-    """The options of ``mode="upsert"``, validated (see :meth:`of`)."""
+    """The options of ``mode="upsert"``, validated on construction:
+    ``DeltaSink(uri, mode="upsert", upsert=UpsertSpec(keys=["id"], sequence_by="ts"))`` is
+    the same as ``DeltaSink(uri, mode="upsert", keys=["id"], sequence_by="ts")``.
+
+    Attributes:
+        keys: the columns that identify a row (a name, or a list of names); stored as a tuple.
+        sequence_by: the column(s) that order the changes of one key (none: input order).
+        delete_when: a Spark SQL predicate over the input marking the changes that delete.
+        partial_updates: keep the stored values of the columns the input lacks.
+
+    Raises:
+        ConfigurationError: no keys, a column listed twice, ``sequence_by`` naming a key, an
+            empty ``delete_when``, or an option of the wrong type.
+    """
 
     keys: tuple[str, ...]
     sequence_by: tuple[str, ...] = ()
     delete_when: str | None = None
     partial_updates: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ConfigurationError(
+                "mode='upsert' needs keys=[...]: the columns that identify a row, e.g. keys=['id']"
+            )
+        key_names = _names("keys", self.keys)
+        # the default () is no sequence; a given empty list is refused by _names
+        sequence = () if self.sequence_by == () else _names("sequence_by", self.sequence_by)
+        overlap = {k.lower() for k in key_names} & {s.lower() for s in sequence}
+        if overlap:
+            raise ConfigurationError(
+                f"sequence_by names key column(s) {sorted(overlap)}: the sequence orders the "
+                "changes of one key, so it must be another column (e.g. a change timestamp)"
+            )
+        delete_when = self.delete_when
+        if delete_when is not None and (not isinstance(delete_when, str) or not delete_when):
+            raise ConfigurationError(
+                f"delete_when must be a Spark SQL predicate (a non-empty string), e.g. "
+                f"\"op = 'D'\", got {delete_when!r}"
+            )
+        if not isinstance(self.partial_updates, bool):
+            raise ConfigurationError(
+                f"partial_updates must be True or False, got {self.partial_updates!r}"
+            )
+        object.__setattr__(self, "keys", key_names)
+        object.__setattr__(self, "sequence_by", sequence)
 
     @classmethod
     def of(
@@ -46,22 +79,14 @@ class UpsertSpec:
         delete_when: str | None,
         partial_updates: bool = False,
     ) -> UpsertSpec | None:
-        """The spec for ``mode`` (``None`` unless ``mode="upsert"``).
+        """The spec the keyword options give for ``mode`` (``None`` unless
+        ``mode="upsert"``).
 
         Raises:
             ConfigurationError: an upsert option without ``mode="upsert"``, an upsert without
                 keys, or an option of the wrong shape.
         """
-        given = [
-            name
-            for name, value in (
-                ("keys", keys),
-                ("sequence_by", sequence_by),
-                ("delete_when", delete_when),
-                ("partial_updates", partial_updates or None),
-            )
-            if value is not None
-        ]
+        given = given_keywords(keys, sequence_by, delete_when, partial_updates)
         if mode != "upsert":
             if given:
                 raise ConfigurationError(
@@ -70,28 +95,31 @@ class UpsertSpec:
                     "delete rows by key."
                 )
             return None
-        if not keys:
-            raise ConfigurationError(
-                "mode='upsert' needs keys=[...]: the columns that identify a row, e.g. keys=['id']"
-            )
-        key_names = _names("keys", keys)
-        sequence = () if sequence_by is None else _names("sequence_by", sequence_by)
-        overlap = {k.lower() for k in key_names} & {s.lower() for s in sequence}
-        if overlap:
-            raise ConfigurationError(
-                f"sequence_by names key column(s) {sorted(overlap)}: the sequence orders the "
-                "changes of one key, so it must be another column (e.g. a change timestamp)"
-            )
-        if delete_when is not None and (not isinstance(delete_when, str) or not delete_when):
-            raise ConfigurationError(
-                f"delete_when must be a Spark SQL predicate (a non-empty string), e.g. "
-                f"\"op = 'D'\", got {delete_when!r}"
-            )
-        if not isinstance(partial_updates, bool):
-            raise ConfigurationError(
-                f"partial_updates must be True or False, got {partial_updates!r}"
-            )
-        return cls(key_names, sequence, delete_when, partial_updates)
+        return cls(
+            keys=keys or (),  # type: ignore[arg-type]  # normalised to a tuple on construction
+            sequence_by=() if sequence_by is None else sequence_by,  # type: ignore[arg-type]
+            delete_when=delete_when,
+            partial_updates=partial_updates,
+        )
+
+
+def given_keywords(
+    keys: Sequence[str] | None,
+    sequence_by: str | Sequence[str] | None,
+    delete_when: str | None,
+    partial_updates: bool,
+) -> list[str]:
+    """The upsert keywords of ``DeltaSink`` that were given (not left at their defaults)."""
+    return [
+        name
+        for name, value in (
+            ("keys", keys),
+            ("sequence_by", sequence_by),
+            ("delete_when", delete_when),
+            ("partial_updates", partial_updates or None),
+        )
+        if value is not None
+    ]
 
 
 def _names(option: str, value: str | Sequence[str]) -> tuple[str, ...]:
