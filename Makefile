@@ -38,8 +38,11 @@ unit: dev-venv
 jars: runtime-venv
 	$(PY) tools/jars.py
 
+# Two pytest-xdist workers (one SparkSession each): the tests that kill processes (campaign,
+# zombie drivers, executor loss, speculation, deploy) stay together in one worker
+# (xdist_group "kills_processes") while the rest share both.
 test: dev-venv lint typecheck jars
-	$(VENV)/bin/pytest --durations=15
+	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=15
 
 # The benchmarks start the S3 server and the throttling HTTP server of the test suite.
 bench: dev-venv

@@ -9,7 +9,8 @@ import pytest
 
 from committers.tests._campaign import run_campaign
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("kills_processes")]
 
 #: Inside a Python task, while the commit file is written, between the commit and Spark's
 #: record of the batch, and between a schema-merge commit and the data commit.

@@ -41,7 +41,8 @@ from deltalake import DeltaTable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-pytestmark = pytest.mark.slow
+# Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("kills_processes")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("framework", "committers")

@@ -18,7 +18,8 @@ from committers.tests._delta_helpers import committed_files, data_files_on_disk,
 from committers.tests._executor_loss_driver import ROWS
 from committers.tests._readers import duckdb_rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("kills_processes")]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,8 @@ from deltalake import DeltaTable
 from committers.tests._readers import duckdb_rows
 from committers.tests._standalone_cluster import StandaloneCluster, standalone_cluster
 
-pytestmark = pytest.mark.spark
+# Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("kills_processes")]
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 2000

@@ -23,7 +23,8 @@ from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import make_source
 from framework._crash import LOG_VARIABLE, PAUSE_VARIABLE
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("kills_processes")]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FILES, PER_FILE = 3, 10
