@@ -327,7 +327,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 unusable.
             ConfigurationError: for ``mode="upsert"``, also when this process has no classic
                 Spark, Spark cannot write the table's storage, or ``delete_when`` is not a
-                deterministic predicate over the input (see ``_upsert.plan_upsert``).
+                deterministic predicate over the input (see ``spark/_upsert_plan.py``).
         """
         check_column_names(input_schema)
         schema = normalize_schema(input_schema)

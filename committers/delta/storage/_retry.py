@@ -292,12 +292,9 @@ def retry_call(
             or when attempts or the deadline run out. ``KeyboardInterrupt``/``SystemExit`` are
             never retried.
     """
-    rng = rng or random.Random()
-    start = clock()
-    delays = backoff.delays(rng)
-    attempt = 0
+    schedule = _Schedule(backoff, rng or random.Random(), clock)
     while True:
-        attempt += 1
+        attempt = schedule.start_attempt()
         try:
             return fn()
         except (KeyboardInterrupt, SystemExit):
@@ -306,18 +303,9 @@ def retry_call(
             verdict = classify(err)
             if verdict is not Verdict.RETRY:
                 raise
-            delay = next(delays, None)
+            delay = schedule.next_delay()
             if delay is None:
-                logger.warning("%s failed after %d attempts: %s", description, attempt, _brief(err))
-                raise
-            if backoff.deadline is not None and clock() - start + delay > backoff.deadline:
-                logger.warning(
-                    "%s failed, retry deadline of %.1fs reached after %d attempts: %s",
-                    description,
-                    backoff.deadline,
-                    attempt,
-                    _brief(err),
-                )
+                schedule.log_giving_up(description, err)
                 raise
             logger.info(
                 "%s: attempt %d failed (%s); retrying in %.2fs",
@@ -327,6 +315,49 @@ def retry_call(
                 delay,
             )
             sleep(delay)
+
+
+class _Schedule:
+    """The attempts of one call under a :class:`Backoff`: counts them, and says how long to
+    sleep before the next one, or that the attempts or the deadline are used up."""
+
+    def __init__(self, backoff: Backoff, rng: random.Random, clock: Callable[[], float]) -> None:
+        self._backoff = backoff
+        self._delays = backoff.delays(rng)
+        self._clock = clock
+        self._start = clock()
+        self._attempts = 0
+        self._past_deadline = False
+
+    def start_attempt(self) -> int:
+        """Counts an attempt; its number (1 for the first)."""
+        self._attempts += 1
+        return self._attempts
+
+    def next_delay(self) -> float | None:
+        """The sleep before the next attempt; ``None`` when there is none left, or when it
+        would end past the deadline."""
+        delay = next(self._delays, None)
+        deadline = self._backoff.deadline
+        if delay is not None and deadline is not None:
+            self._past_deadline = self._clock() - self._start + delay > deadline
+            if self._past_deadline:
+                return None
+        return delay
+
+    def log_giving_up(self, description: str, err: BaseException) -> None:
+        if self._past_deadline:
+            logger.warning(
+                "%s failed, retry deadline of %.1fs reached after %d attempts: %s",
+                description,
+                self._backoff.deadline,
+                self._attempts,
+                _brief(err),
+            )
+        else:
+            logger.warning(
+                "%s failed after %d attempts: %s", description, self._attempts, _brief(err)
+            )
 
 
 def _brief(err: BaseException) -> str:
@@ -396,11 +427,9 @@ def commit_with_reconciliation(
             ``SinkError`` (e.g. ``ConcurrentWriterError``).
     """
     rng = rng or random.Random()
-    start = clock()
-    delays = backoff.delays(rng)
-    attempt = 0
+    schedule = _Schedule(backoff, rng, clock)
     while True:
-        attempt += 1
+        attempt = schedule.start_attempt()
         try:
             return CommitResult(commit(), attempts=attempt, reconciled=False)
         except (KeyboardInterrupt, SystemExit):
@@ -438,14 +467,9 @@ def commit_with_reconciliation(
                         _brief(err),
                     )
                     return CommitResult(None, attempts=attempt, reconciled=True)
-            delay = next(delays, None)
-            out_of_time = (
-                delay is not None
-                and backoff.deadline is not None
-                and clock() - start + delay > backoff.deadline
-            )
-            if delay is None or out_of_time:
-                logger.warning("%s failed after %d attempts: %s", description, attempt, _brief(err))
+            delay = schedule.next_delay()
+            if delay is None:
+                schedule.log_giving_up(description, err)
                 if verdict is Verdict.UNKNOWN:
                     raise CommitStateUnknownError(
                         f"{description}: gave up after {attempt} attempts; the last one failed "
