@@ -38,11 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import deltalake
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from committers.delta._delta_schema import parse_schema
 from committers.delta._protocol import TableFeatures
 from committers.delta._rules import TableShape
+from committers.delta._schema import OptionSpelling, SchemaMode, merge_schemas
 from committers.delta._storage import TableLocation
 from committers.delta._table import delta_rs_path
 
@@ -55,6 +57,7 @@ __all__ = [
     "LogStore",
     "LogView",
     "LogViewUnavailable",
+    "adds_columns",
     "append",
     "commit_lines",
     "conflict_of",
@@ -425,7 +428,8 @@ class LogStore:
         nothing. Returns ``False`` if it existed (another writer won that version).
 
         Raises:
-            OSError (and S3 client errors): the outcome may be unknown; the caller reconciles.
+            OSError: the outcome is unknown (an S3 error other than 412 included); the caller
+                reconciles.
         """
         if self._location.is_local:
             return self._link_if_absent(self._path(name), data)
@@ -449,7 +453,7 @@ class LogStore:
                 os.unlink(temporary)
 
     def _conditional_put(self, name: str, data: bytes) -> bool:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
         from fsspec.asyn import sync
 
         fs = self._location.filesystem()
@@ -468,7 +472,9 @@ class LogStore:
             status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if status == 412 or err.response.get("Error", {}).get("Code") == "PreconditionFailed":
                 return False
-            raise
+            raise OSError(f"PUT of {LOG_DIR}/{name} failed, outcome unknown: {err}") from err
+        except BotoCoreError as err:  # a dropped connection or timeout: it may have landed
+            raise OSError(f"PUT of {LOG_DIR}/{name} failed, outcome unknown: {err}") from err
 
 
 def _as_json_action(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -601,3 +607,21 @@ class LogAppender:
     def forget(self) -> None:
         """Drop the view (after a commit made elsewhere with an unknown outcome)."""
         self._view = None
+
+
+def adds_columns(
+    shape: TableShape,
+    input_schema: pa.Schema,
+    mode: SchemaMode,
+    spelling: OptionSpelling,
+) -> bool:
+    """Whether the input brings columns the table (``shape``) lacks and ``mode`` adds them:
+    a schema change, which a blind append cannot carry.
+
+    Raises:
+        SchemaMismatchError: the input cannot be written to the table at all (as when
+            staging).
+    """
+    current = shape.arrow_schema()
+    merged = merge_schemas(current, input_schema, mode, shape.generated_columns, spelling)
+    return len(merged) > len(current)
