@@ -143,8 +143,8 @@ class LogMaintenance:
         if cleanup:
             config = table.metadata().configuration
             if str(config.get("delta.enableExpiredLogCleanup", "true")).lower() != "false":
-                removed = table.cleanup_metadata()
-                log.info("cleaned up expired log files of %s: %s", self._location, removed)
+                table.cleanup_metadata()
+                log.info("cleaned up expired log files of %s", self._location)
             with self._changed:
                 self._cleanup_due = False
 
