@@ -104,6 +104,12 @@ def staged_files(sink: DeltaSink, epoch: Epoch, count: int) -> list[StagedFile]:
     return files
 
 
+def new_epoch(epoch_id: int) -> Epoch:
+    return Epoch(
+        app_id=APP_ID, epoch_id=epoch_id, writer_identity="bench-writer", run_id=uuid.uuid4().hex
+    )
+
+
 def timed(step) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     step()
@@ -114,12 +120,7 @@ def sink_commits(sink: DeltaSink, first_epoch: int, batches: int, files: int, co
     committer = sink.create_global_committer()
     samples = []
     for n in range(batches):
-        epoch = Epoch(
-            app_id=APP_ID,
-            epoch_id=first_epoch + n,
-            writer_identity="bench-writer",
-            run_id=uuid.uuid4().hex,
-        )
+        epoch = new_epoch(first_epoch + n)
         staged = staged_files(sink, epoch, files)
         if cold:
             committer = sink.create_global_committer()
@@ -139,12 +140,7 @@ def delta_rs_commits(sink: DeltaSink, first_epoch: int, batches: int, files: int
     table = DeltaTable(sink.table_uri, storage_options=options)
     samples = []
     for n in range(batches):
-        epoch = Epoch(
-            app_id=APP_ID,
-            epoch_id=first_epoch + n,
-            writer_identity="bench-writer",
-            run_id=uuid.uuid4().hex,
-        )
+        epoch = new_epoch(first_epoch + n)
         staged = staged_files(sink, epoch, files)
         adds = [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in staged]
 

@@ -8,8 +8,8 @@ import pytest
 from deltalake import DeltaTable, Field, write_deltalake
 
 from committers.delta import DeltaSink
-from committers.delta._log_append import LogStore
 from committers.tests._delta_helpers import batch, epoch, ids, stage
+from committers.tests._log_races import race_before_write
 from committers.tests._readers import duckdb_rows
 from framework.errors import CommitConflictError, ConcurrentWriterError
 
@@ -41,18 +41,6 @@ def started(tmp_path):
     commit(sink, committer, epoch(0), [rows(0, 10)])
     commit(sink, committer, epoch(1), [rows(10, 20)])
     return sink, committer
-
-
-def race_before_write(monkeypatch, other_writer) -> None:
-    original = LogStore.put_if_absent
-    pending = [other_writer]
-
-    def put(self, name, data):
-        while pending:
-            pending.pop()()
-        return original(self, name, data)
-
-    monkeypatch.setattr(LogStore, "put_if_absent", put)
 
 
 def delta_rs_rows(uri: str, start: int, stop: int, mode: str = "append") -> None:

@@ -27,6 +27,7 @@ from committers.delta._log_append import (
 )
 from committers.delta._rules import TableShape
 from committers.delta._storage import TableLocation
+from committers.tests._log_races import race_before_write
 from committers.tests._readers import duckdb_rows
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string())])
@@ -202,19 +203,6 @@ def test_local_put_if_absent_never_replaces_a_version(tmp_path):
         f"{0:020d}.json",
         f"{1:020d}.json",
     ]  # no temporary file left
-
-
-def race_before_write(monkeypatch, other_writer) -> None:
-    """Run ``other_writer`` once, right between our probe and our write."""
-    original = LogStore.put_if_absent
-    pending = [other_writer]
-
-    def put(self, name, data):
-        while pending:
-            pending.pop()()
-        return original(self, name, data)
-
-    monkeypatch.setattr(LogStore, "put_if_absent", put)
 
 
 def test_another_writers_append_in_the_race_window_moves_ours_to_the_next_version(
