@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine
 
 from committers.delta import DeltaSink, StagedFile
-from committers.delta._storage import TableLocation
+from committers.delta.storage._storage import TableLocation
 from framework.sink import Epoch, WriterContext
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])

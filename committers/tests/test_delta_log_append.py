@@ -14,8 +14,8 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction
 
-from committers.delta import _log_append
-from committers.delta._log_append import (
+from committers.delta.commit import _log_append
+from committers.delta.commit._log_append import (
     AppendConflict,
     AppendIdentity,
     LogStore,
@@ -25,8 +25,8 @@ from committers.delta._log_append import (
     commit_lines,
     shape_of,
 )
-from committers.delta._rules import TableShape
-from committers.delta._storage import TableLocation
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._rules import TableShape
 from committers.tests._log_races import race_before_write
 from committers.tests._readers import duckdb_rows
 

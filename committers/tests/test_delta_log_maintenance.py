@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from committers.delta import _log_maintenance
-from committers.delta._log_maintenance import LogMaintenance
-from committers.delta._storage import TableLocation
+from committers.delta.commit import _log_maintenance
+from committers.delta.commit._log_maintenance import LogMaintenance
+from committers.delta.storage._storage import TableLocation
 
 ROWS = pa.table({"id": [1]})
 

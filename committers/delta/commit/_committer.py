@@ -40,7 +40,7 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from committers.delta._log_append import (
+from committers.delta.commit._log_append import (
     AppendConflict,
     AppendIdentity,
     LogAppender,
@@ -50,7 +50,7 @@ from committers.delta._log_append import (
     shape_of,
     unsupported_by_append,
 )
-from committers.delta._log_maintenance import LogMaintenance
+from committers.delta.commit._log_maintenance import LogMaintenance
 from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert import UpsertConflictError, classic_session
 from committers.delta.storage._retry import Backoff, commit_with_reconciliation
@@ -130,14 +130,14 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
           file that a commit of the epoch references.
 
     Keeping commit cost flat as history grows: a blind append (a streaming or bounded append
-    with an app id) is written straight into the log by :mod:`~committers.delta._log_append`,
+    with an app id) is written straight into the log by :mod:`~committers.delta.commit._log_append`,
     whose view of the table advances by probing for the next version, so neither its replay
     check nor its commit reads the whole log or the live-file list; other commits (overwrites,
     upserts, a table's first commit, tables that need more than adds and a txn, conflicts) go
     through delta-rs on one snapshot per attempt. Checkpoints (at the table's interval) and
     expired-log clean-up (every ``log_cleanup_every`` versions, honouring
     ``delta.enableExpiredLogCleanup`` and ``delta.logRetentionDuration``) run on a worker thread
-    (:mod:`~committers.delta._log_maintenance`): a commit never waits for them; :meth:`close`
+    (:mod:`~committers.delta.commit._log_maintenance`): a commit never waits for them; :meth:`close`
     lets due work finish.
     """
 
@@ -748,7 +748,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """Commit a blind append at the version after the log view's, without a snapshot;
         ``False`` (nothing written) when the delta-rs path must decide: the table is missing
         or needs more than adds and a txn, the txn of the app id reached the epoch, the input
-        adds columns, or a commit since conflicts (:func:`~committers.delta._log_append.
+        adds columns, or a commit since conflicts (:func:`~committers.delta.commit._log_append.
         conflict_of`). Its errors are those of the delta-rs path (``_check_plan``)."""
         epoch = committable.epoch
         if committable.rewrite is not None or not self._appends_blindly(epoch):
@@ -1081,7 +1081,7 @@ def _add_action(staged: StagedFile) -> AddAction:
 
 
 def _add_entry(staged: StagedFile) -> dict[str, Any]:
-    """The add action of ``staged`` for :func:`~committers.delta._log_append.commit_lines`,
+    """The add action of ``staged`` for :func:`~committers.delta.commit._log_append.commit_lines`,
     with what :func:`_add_action` gives delta-rs."""
     return {
         "path": staged.path,

@@ -41,12 +41,12 @@ import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from committers.delta._delta_schema import parse_schema
-from committers.delta._protocol import TableFeatures
-from committers.delta._rules import TableShape
-from committers.delta._schema import OptionSpelling, SchemaMode, merge_schemas
-from committers.delta._storage import TableLocation
-from committers.delta._table import delta_rs_path
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._delta_schema import parse_schema
+from committers.delta.table._protocol import TableFeatures
+from committers.delta.table._rules import TableShape
+from committers.delta.table._schema import OptionSpelling, SchemaMode, merge_schemas
+from committers.delta.table._table import delta_rs_path
 
 __all__ = [
     "AppendConflict",

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from deltalake import DeltaTable
 
-from committers.delta._storage import TableLocation
+from committers.delta.storage._storage import TableLocation
 from framework._crash import crash_point
 
 __all__ = ["DEFAULT_CHECKPOINT_INTERVAL", "LogMaintenance"]
