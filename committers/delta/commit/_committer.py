@@ -145,6 +145,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self,
         location: TableLocation,
         *,
+        opened: tuple[DeltaTable, ResolvedCredentials | None] | None = None,
         plan: WritePlan,
         input_schema: pa.Schema,
         schema_mode: SchemaMode,
@@ -158,8 +159,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         staging: Staging = "auto",
         spelling: OptionSpelling = SINK_SPELLING,
     ) -> None:
-        """``rewrite_options``, ``staging``: how an overwrite whose ``replace_where`` reads
-        data columns rewrites the files holding matching rows (see ``_replace_rewrite``)."""
+        """``opened``: a handle of the table and the credentials it was built with (those of
+        the sink's ``prepare``), used instead of opening the table again. ``rewrite_options``,
+        ``staging``: how an overwrite whose ``replace_where`` reads data columns rewrites the
+        files holding matching rows (see ``_replace_rewrite``)."""
         self._location = location
         self._spelling = spelling  # how the errors of a re-check name options
         self._overwrite = overwrite
@@ -173,11 +176,13 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._backoff = backoff
         self._log_cleanup_every = log_cleanup_every
         self._user_metadata = user_metadata
-        self._table: DeltaTable | None = None
-        self._credentials: ResolvedCredentials | None = None  # those self._table holds
+        self._table: DeltaTable | None = None if opened is None else opened[0]
+        # the credentials self._table holds
+        self._credentials: ResolvedCredentials | None = None if opened is None else opened[1]
         self._versions: dict[tuple[str, str, int], int] = {}  # table version holding an epoch
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
+        self._planned_on_fresh = False  # refreshed by snapshot() for the epoch's rewrite
         # One-off epochs: the table version before this run could commit (-1: no table yet).
         self._read_before: dict[tuple[str, str, int], int] = {}
         # Task attempts of this run whose every file was committed: their manifests need no read.
@@ -218,13 +223,27 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._table = DeltaTable(uri, storage_options=options)
         return self._table
 
+    def snapshot(self) -> DeltaTable | None:
+        """The table as the replay check of the epoch being committed loaded it (the newest
+        snapshot then; ``None``: no table yet), or refreshed now outside of an epoch: a
+        rewrite plans on it, so a batch loads the table once."""
+        if self._checked_epoch is not None and not self._credentials_due():
+            return self._table
+        table = self.table()
+        self._planned_on_fresh = True  # the epoch's commit may start from this very snapshot
+        return table
+
     def _credentials_due(self) -> bool:
         """Whether the handle's credentials are due for renewal."""
         renew_at = None if self._credentials is None else self._credentials.renew_at
         return renew_at is not None and time.time() >= renew_at
 
     def last_committed_epoch(self, app_id: str) -> int | None:
-        """The newest epoch id the table records for ``app_id``, or ``None``."""
+        """The newest epoch id the table records for ``app_id``, or ``None``: from the log
+        view when the log can be followed (no snapshot is loaded), else from delta-rs."""
+        view = None if self._appender is None else self._appender.current()
+        if view is not None:
+            return view.txns.get(app_id)
         table = self.table()
         return None if table is None else table.transaction_version(app_id)
 
@@ -243,6 +262,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     # -- GlobalCommitter ------------------------------------------------------------------
 
     def is_committed(self, epoch: Epoch) -> bool:
+        self._planned_on_fresh = False
         if self._log_shows_new(epoch):
             crash_point("replay_check", epoch.epoch_id)
             return False
@@ -302,7 +322,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """``new_files`` with the kept rows of the files the overwrite rewrites on the
         newest snapshot; it can be redone once (``attempt`` 1, into a new directory)."""
         assert self._replace_where is not None
-        table = self.table()
+        table = self.snapshot()
         if table is None:  # the commit creates the table: nothing to replace
             return StagedRewrite(new_files, rewrite=Rewrite(read_version=None))
         kept, rewrite = replace_rows(
@@ -391,9 +411,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             # would only repeat a listing of the log: a commit of the same app id landing in
             # between is still caught by delta-rs's conflict check.
             table: DeltaTable | None = self._table
+            fresh = self._checked_epoch == _key(epoch) or self._planned_on_fresh
             if (
                 attempts > 1
-                or self._checked_epoch != _key(epoch)
+                or not fresh
                 or table is None
                 or self._credentials_due()  # staging took long: renew before committing
             ):
@@ -413,7 +434,14 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             read_version = table.version()
             crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
             self._write_commit(table, committable)
-            version = self._version_of_commit(table, read_version, epoch)
+            # An exact commit (it replaces or rewrites files: no retries) is the next version
+            # or raised; only a rebased append needs the log read back to find its version.
+            # (delta-rs discards the snapshot it built after the commit; the next batch's
+            # refresh is the one load.)
+            if self._commits_exactly(committable):
+                version: int | None = read_version + 1
+            else:
+                version = self._version_of_commit(table, read_version, epoch)
             configuration = table.metadata().configuration
             self._maintenance.committed(version or read_version + 1, configuration)
             self._remember(committable, version=version)
@@ -452,6 +480,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             ) from err.__cause__
         finally:
             self._checked_epoch = None
+            self._planned_on_fresh = False
 
     def _write_commit(self, table: DeltaTable, committable: DeltaCommittable) -> None:
         """One Delta commit of the epoch's files, on top of ``table``'s snapshot.
@@ -467,7 +496,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """
         epoch = committable.epoch
         actions: list[AddAction | RemoveAction] = [_add_action(f) for f in committable.files]
-        replacing = self._overwrite or epoch.output_mode == "complete"
+        replacing = self._replaces_all(epoch)
         if self._replace_where is not None:
             self._write_replacement(table, committable, actions)
             return
@@ -481,7 +510,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             removed = len(table.file_uris())
         else:
             removed = 0
-        exact = replacing or committable.rewrite is not None
+        exact = self._commits_exactly(committable)
         table.create_write_transaction(
             actions,
             mode="overwrite" if replacing else "append",
@@ -491,6 +520,18 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 committable, removed_files=removed, retries=0 if exact else None
             ),
             post_commithook_properties=_POST_COMMIT,
+        )
+
+    def _replaces_all(self, epoch: Epoch) -> bool:
+        return self._overwrite or epoch.output_mode == "complete"
+
+    def _commits_exactly(self, committable: DeltaCommittable) -> bool:
+        """Whether the commit must land right on top of its snapshot (delta-rs may not rebase
+        it: it replaces or rewrites files), so it is the next version or it fails."""
+        return (
+            self._replaces_all(committable.epoch)
+            or committable.rewrite is not None
+            or self._replace_where is not None
         )
 
     def _write_replacement(
