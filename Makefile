@@ -48,7 +48,7 @@ test: dev-venv lint typecheck jars
 bench: dev-venv
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/commit_latency.py
-	$(PY) benchmarks/commit_latency.py 30 --s3
+	$(PY) benchmarks/commit_latency.py --s3
 	$(PY) benchmarks/s3_staging.py
 	$(PY) benchmarks/async_writer_overhead.py
 	$(PY) benchmarks/async_congestion.py

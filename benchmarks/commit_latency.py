@@ -1,19 +1,30 @@
-"""Driver-side commit latency of the Delta global committer, per micro-batch.
+"""Driver-side commit latency of the Delta sink over long histories, beside raw delta-rs.
 
-For 10 and 100 staged files per batch, at table histories of 10 and 1,000 versions, measures
-p50 / p95 of (a) the commit itself and (b) the whole driver overhead of a batch (replay check +
-commit + staging cleanup). No Spark needed: the committables are real Parquet files staged
-through the sink's own writer.
+Tables are built as a long stream of this sink leaves them, quickly: version 0 by delta-rs,
+then commit files written directly (two adds and the sink's txn per version, our commitInfo
+keys), and a checkpoint written by ``deltalake``'s ``create_checkpoint()`` at the last
+multiple of 100 (the checkpoint a reader starts from); each table is checked to open at the
+right version with the right files and txn. For each history length, batches of
+``FILES`` staged files are committed through the sink's whole commit step (replay check,
+commit, clean-up):
 
-With ``--s3`` the same runs go to the integration suite's S3 server (an external endpoint from
-``SINK_TEST_S3_ENDPOINT``, MinIO through Docker, or a local SeaweedFS), where delta-rs lists the
-log with a start-after offset instead of reading the whole ``_delta_log`` directory.
+* ``warm``: one committer for all batches (a running stream);
+* ``cold``: a new committer per batch (a restart before each);
+* ``delta-rs``: the same adds and txn through ``DeltaTable.create_write_transaction`` on a
+  handle kept between batches (refreshed first, as a replay check would).
 
-Usage: python benchmarks/commit_latency.py [BATCHES_PER_POINT] [--s3]
+Reported per point: wall-clock p50 / p99 and the median CPU time of the calling process
+(``time.process_time``; background log maintenance included). Measure ratios only on a quiet
+machine.
+
+Usage: python benchmarks/commit_latency.py [--versions 10,1000,10000,100000] [--batches 22]
+       [--files 100] [--s3]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
 import statistics
 import sys
@@ -23,19 +34,66 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.transaction import AddAction
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # integration_tests (--s3)
 
 from _common import machine
 
 from committers.delta import DeltaSink, StagedFile
+from committers.delta.storage._storage import TableLocation
 from framework.sink import Epoch, WriterContext
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
+APP_ID = "bench"
+
+
+def build_table(uri: str, options: dict[str, str] | None, versions: int) -> None:
+    """A table at version ``versions - 1``: a stream's commits, a checkpoint at the last
+    multiple of 100."""
+    write_deltalake(uri, pa.table({"id": [0], "s": ["x"]}, schema=SCHEMA), storage_options=options)
+    location = TableLocation.of(uri, options)
+    fs = location.filesystem()
+    for version in range(1, versions):
+        lines = [
+            {
+                "commitInfo": {
+                    "timestamp": 1_790_000_000_000 + version,
+                    "operation": "WRITE",
+                    "operationParameters": {"mode": "Append"},
+                    "sink.appId": APP_ID,
+                    "sink.epochId": str(version),
+                }
+            },
+            *(
+                {
+                    "add": {
+                        "path": f"old/{version}-{i}.parquet",
+                        "partitionValues": {},
+                        "size": 500,
+                        "modificationTime": 1_790_000_000_000,
+                        "dataChange": True,
+                        "stats": '{"numRecords":1}',
+                    }
+                }
+                for i in range(2)
+            ),
+            {"txn": {"appId": APP_ID, "version": version}},
+        ]
+        body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+        fs.pipe_file(location.path(f"_delta_log/{version:020d}.json"), body)
+    last_checkpoint = (versions - 1) // 100 * 100
+    if last_checkpoint:
+        DeltaTable(uri, version=last_checkpoint, storage_options=options).create_checkpoint()
+    table = DeltaTable(uri, storage_options=options)
+    assert table.version() == versions - 1, table.version()
+    assert len(table.file_uris()) == 1 + 2 * (versions - 1)
+    assert table.transaction_version(APP_ID) == (versions - 1 if versions > 1 else None)
 
 
 def staged_files(sink: DeltaSink, epoch: Epoch, count: int) -> list[StagedFile]:
-    """Stage ``count`` small files, one writer (task) each, as Spark tasks would."""
     files = []
     for task in range(count):
         context = WriterContext(
@@ -47,73 +105,114 @@ def staged_files(sink: DeltaSink, epoch: Epoch, count: int) -> list[StagedFile]:
     return files
 
 
-def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+def new_epoch(epoch_id: int) -> Epoch:
+    return Epoch(
+        app_id=APP_ID, epoch_id=epoch_id, writer_identity="bench-writer", run_id=uuid.uuid4().hex
+    )
 
 
-def run(table_root: str, storage_options: dict[str, str] | None, batches: int) -> None:
-    results = {}
-    for history in (10, 1000):
-        sink = DeltaSink(
-            f"{table_root}/t{history}", app_id="bench", storage_options=storage_options
-        )
-        sink.prepare(SCHEMA)
-        committer = sink.create_global_committer()
-        epoch_id = 0
-        # build history: one file per version (the first commit creates the table)
-        while (table := committer.table()) is None or table.version() < history:
-            ep = Epoch(app_id="bench", epoch_id=epoch_id, writer_identity="w", run_id="r")
-            committer.commit([committer.combine(ep, staged_files(sink, ep, 1))])
-            committer.clean_up(ep)
-            epoch_id += 1
-        for file_count in (10, 100):
-            commit_ms, driver_ms = [], []
-            for _ in range(batches):
-                ep = Epoch(
-                    app_id="bench", epoch_id=epoch_id, writer_identity="w", run_id=str(uuid.uuid4())
-                )
-                files = staged_files(sink, ep, file_count)
-                start = time.perf_counter()
-                assert not committer.is_committed(ep)
-                checked = time.perf_counter()
-                committer.commit([committer.combine(ep, files)])
-                committed = time.perf_counter()
-                committer.clean_up(ep)
-                done = time.perf_counter()
-                commit_ms.append((committed - checked) * 1000)
-                driver_ms.append((done - start) * 1000)
-                epoch_id += 1
-            results[(history, file_count)] = (commit_ms, driver_ms)
-            print(
-                f"history {history:>5} versions, {file_count:>3} files: commit p50 "
-                f"{statistics.median(commit_ms):6.1f} ms p95 {percentile(commit_ms, 95):6.1f} ms"
-                f" | driver total p50 {statistics.median(driver_ms):6.1f} ms p95 "
-                f"{percentile(driver_ms, 95):6.1f} ms"
+def timed(step) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    step()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def sink_commits(sink: DeltaSink, first_epoch: int, batches: int, files: int, cold: bool):
+    committer = sink.create_global_committer()
+    samples = []
+    for n in range(batches):
+        epoch = new_epoch(first_epoch + n)
+        staged = staged_files(sink, epoch, files)
+        if cold:
+            committer = sink.create_global_committer()
+
+        def step(epoch=epoch, staged=staged, committer=committer):
+            assert not committer.is_committed(epoch)
+            committer.commit([committer.combine(epoch, staged)])
+            committer.clean_up(epoch)
+
+        samples.append(timed(step))
+    committer.close()
+    return samples
+
+
+def delta_rs_commits(sink: DeltaSink, first_epoch: int, batches: int, files: int):
+    options = sink.location.delta_storage_options()
+    table = DeltaTable(sink.table_uri, storage_options=options)
+    samples = []
+    for n in range(batches):
+        epoch = new_epoch(first_epoch + n)
+        staged = staged_files(sink, epoch, files)
+        adds = [AddAction(f.path, f.size, {}, f.modification_time, True, f.stats) for f in staged]
+
+        def step(epoch=epoch, adds=adds):
+            table.update_incremental()
+            assert (table.transaction_version(APP_ID) or -1) < epoch.epoch_id
+            table.create_write_transaction(
+                adds,
+                mode="append",
+                schema=table.schema(),
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(APP_ID, epoch.epoch_id)]
+                ),
             )
-    for file_count in (10, 100):
-        small = statistics.median(results[(10, file_count)][0])
-        large = statistics.median(results[(1000, file_count)][0])
-        ratio = large / small
-        print(f"{file_count} files: p50 at 1,000 versions / p50 at 10 versions = {ratio:.2f}")
+
+        samples.append(timed(step))
+    return samples
+
+
+def summary(samples: list[tuple[float, float]]) -> str:
+    walls = sorted(w * 1000 for w, _ in samples)
+    p99 = walls[min(len(walls) - 1, round(0.99 * (len(walls) - 1)))]
+    cpu = statistics.median(c * 1000 for _, c in samples)
+    return f"p50 {statistics.median(walls):7.1f} ms  p99 {p99:7.1f} ms  CPU {cpu:6.1f} ms"
+
+
+def run(root: str, options: dict[str, str] | None, versions: list[int], batches: int, files: int):
+    for count in versions:
+        uri = f"{root}/t{count}"
+        started = time.perf_counter()
+        build_table(uri, options, count)
+        print(f"{count:>7} versions (built in {time.perf_counter() - started:.1f}s)")
+        sink = DeltaSink(uri, app_id=APP_ID, storage_options=options)
+        sink.prepare(SCHEMA)
+        epoch = count + 1
+        for name in ("warm", "cold", "delta-rs"):
+            if name == "delta-rs":
+                samples = delta_rs_commits(sink, epoch, batches, files)
+            else:
+                samples = sink_commits(sink, epoch, batches, files, cold=name == "cold")
+            print(f"    {name:<9} {summary(samples)}", flush=True)
+            epoch += batches
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    batches = int(args[0]) if args else 40
-    print(f"machine: {machine()}; {batches} batches per point")
-    if "--s3" in sys.argv:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", default="10,1000,10000,100000")
+    parser.add_argument("--batches", type=int, default=22)
+    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--s3", action="store_true")
+    args = parser.parse_args()
+    versions = [int(v) for v in args.versions.split(",")]
+    print(machine())
+    if args.s3:
         from integration_tests._s3server import s3_server
 
-        with s3_server() as server:
+        with s3_server(log=print) as server:
             bucket = server.create_bucket()
-            run(f"s3://{bucket}/bench", server.storage_options(), batches)
+            run(
+                f"s3://{bucket}/commit-latency",
+                server.storage_options(),
+                versions,
+                args.batches,
+                args.files,
+            )
         return
-    work = Path(tempfile.mkdtemp(prefix="commit-bench-"))
+    root = tempfile.mkdtemp(prefix="commit-latency-")
     try:
-        run(str(work), None, batches)
+        run(root, None, versions, args.batches, args.files)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ Steps of the protocol, in order: ``offsets_written`` (a stream source of this fr
 the files of a micro-batch whose offsets Spark has just written to the checkpoint; it has no
 epoch: the first batch a run plans, e.g. ``offsets/0`` of a new query), ``replay_check``,
 ``staging``, ``before_commit``, ``commit_write``, ``after_commit``, ``clean_up`` and
-``schema_merge`` (between a schema-merge commit and the data commit). ``commit_write`` and the
-driver side of ``staging`` kill from a timer a few milliseconds later, so the kill lands while
-the commit file is being written or while tasks stage. A line ``CRASH AT <step> epoch=<id>``
-is printed on stdout first, and appended to the file ``SPARKSINK_CRASH_LOG`` names, if set (a
-Python worker's stdout may not reach anyone before the kill).
+``schema_merge`` (between a schema-merge commit and the data commit); ``commit_written`` (a
+blind append's commit file is in the log, and the committer has not learned it yet) and
+``checkpoint_started`` (a background checkpoint of the Delta log has begun).
+``commit_write`` and the driver side of ``staging`` kill from a timer a few milliseconds later,
+so the kill lands while the commit file is being written or while tasks stage. A line
+``CRASH AT <step> epoch=<id>`` is printed on stdout first, and appended to the file
+``SPARKSINK_CRASH_LOG`` names, if set (a Python worker's stdout may not reach anyone before
+the kill).
 
 ``SPARKSINK_PAUSE_AT`` takes the same values and stops the process group with SIGSTOP
 instead (a driver frozen by a long GC pause or a suspended VM, which later resumes: a zombie);
@@ -54,6 +57,8 @@ CRASH_STEPS = (
     "after_commit",
     "clean_up",
     "schema_merge",
+    "commit_written",
+    "checkpoint_started",
 )
 
 

@@ -25,7 +25,11 @@ from committers.delta.spark._upsert_plan import (
     plan_upsert,
 )
 from committers.delta.storage._s3safety import verify_conditional_put
-from committers.delta.storage._storage import CredentialIdentity, TableLocation
+from committers.delta.storage._storage import (
+    CredentialIdentity,
+    ResolvedCredentials,
+    TableLocation,
+)
 from committers.delta.table._delta_schema import walk
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
 from committers.delta.table._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
@@ -287,6 +291,17 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         self._driver_identity: CredentialIdentity | None = None
         self._bytes_per_row: float | None = None
         self._plan: WritePlan | None = None
+        # The handle prepare() opened, until the committer created after it takes it over.
+        self._opened: tuple[DeltaTable, ResolvedCredentials | None] | None = None
+        # The committer created last here: an upsert's batch plans on the snapshot its replay
+        # check loaded.
+        self._committer: DeltaGlobalCommitter | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_opened"] = None  # a delta-rs handle stays in the process that opened it
+        state["_committer"] = None
+        return state
 
     @property
     def output_modes(self) -> frozenset[OutputMode]:  # type: ignore[override]
@@ -334,9 +349,13 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         session = None if self._upsert_spec is None else self._upsert_session()
         # S3 only (a no-op elsewhere); with the override it logs a loud warning instead.
         verify_conditional_put(self.location, skip=self.unsafe_skip_conditional_put_check)
+        credentials = None
         if self.location.is_s3:  # what the executors' credentials are checked against
-            self._driver_identity = self.location.resolve_credentials().identity
-        table = open_table(self.location)
+            credentials = self.location.resolve_credentials()
+            self._driver_identity = credentials.identity
+        table = open_table(self.location, credentials)
+        # The committer created next starts from this handle: a (re)start opens the table once.
+        self._opened = None if table is None else (table, credentials)
         self._bytes_per_row = None if table is None else _bytes_per_row(table)
         if session is not None:
             self._upsert, schema = self._plan_upsert(session, schema, table)
@@ -441,8 +460,15 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     "Spark has no Hadoop file system for this URI here. Use a URI Spark can "
                     "write, or delta-rs's DeltaTable.merge()."
                 )
+            committer = self._committer
             return UpsertStager(
-                self.location, plan, self._upsert, self.options, self._bytes_per_row, self.staging
+                self.location,
+                plan,
+                self._upsert,
+                self.options,
+                self._bytes_per_row,
+                self.staging,
+                snapshot=None if committer is None else committer.snapshot,
             )
         if self.staging == "arrow":
             return None
@@ -476,8 +502,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
 
     def create_global_committer(self) -> DeltaGlobalCommitter:
         schema, plan = self._prepared()
-        return DeltaGlobalCommitter(
+        opened, self._opened = self._opened, None
+        self._committer = DeltaGlobalCommitter(
             self.location,
+            opened=opened,
             plan=plan,
             input_schema=schema,
             schema_mode=self.schema_mode,
@@ -489,6 +517,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             staging=self.staging,
             spelling=self.option_spelling,
         )
+        return self._committer
 
     def committable_serializer(self) -> StagedFileSerializer:
         return StagedFileSerializer()

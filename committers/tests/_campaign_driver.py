@@ -3,12 +3,12 @@
 Usage: python -m committers.tests._campaign_driver SOURCE TABLE CHECKPOINT STAGING EXTRA KIND
 
 Reads the source's files of unique ids one file per micro-batch into ``DeltaSink(TABLE,
-app_id="campaign", partition_by=["day"], schema_mode="merge")``: JSON files (KIND ``json``)
-or a Delta table through the ``"deltalake"`` format (KIND ``delta``, its schema the table's).
-The JSON schema has EXTRA more columns ``note1``..``noteN``: the first batch of a run with a
-new one merges it into the table. Storage options (S3 campaigns) come as JSON in
-``SPARKSINK_CAMPAIGN_STORAGE_OPTIONS``. ``SPARKSINK_CRASH_AT`` (see ``framework._crash``)
-decides where the process dies.
+app_id="campaign", partition_by=["day"], schema_mode="merge")`` (the table created with
+``delta.checkpointInterval`` 2): JSON files (KIND ``json``) or a Delta table through the
+``"deltalake"`` format (KIND ``delta``, its schema the table's). The JSON schema has EXTRA more
+columns ``note1``..``noteN``: the first batch of a run with a new one merges it into the
+table. Storage options (S3 campaigns) come as JSON in ``SPARKSINK_CAMPAIGN_STORAGE_OPTIONS``.
+``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where the process dies.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 
 from committers.tests._campaign import STORAGE_OPTIONS_VARIABLE
 from framework._crash import DRIVER_GROUP_VARIABLE
+
+CHECKPOINT_INTERVAL = 2
 
 
 def main() -> None:
@@ -46,6 +48,9 @@ def main() -> None:
             partition_by=["day"],
             schema_mode="merge",
             staging=staging,  # type: ignore[arg-type]
+            # A checkpoint every two versions: background checkpoints (and their crash step
+            # checkpoint_started) happen in every few runs, and restarts read the log from one.
+            table_configuration={"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)},
             storage_options=json.loads(os.environ.get(STORAGE_OPTIONS_VARIABLE, "{}")) or None,
         )
     )

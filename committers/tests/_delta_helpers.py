@@ -97,3 +97,31 @@ def file_stats(table_uri: str) -> list[dict]:
     commits = sorted((Path(table_uri) / "_delta_log").glob("*.json"))
     actions = [json.loads(line) for path in commits for line in path.read_text().splitlines()]
     return [json.loads(a["add"]["stats"]) for a in actions if "add" in a]
+
+
+def count_table_loads(monkeypatch) -> Counter[str]:
+    """Counts, from now on, what loads a delta-rs snapshot: ``is_deltatable`` probes, handles
+    opened (``open``) and refreshed (``update_incremental``), in this process."""
+    counts: Counter[str] = Counter()
+    is_deltatable, init, refresh = (
+        DeltaTable.is_deltatable,
+        DeltaTable.__init__,
+        DeltaTable.update_incremental,
+    )
+
+    def probing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        counts["is_deltatable"] += 1
+        return is_deltatable(*args, **kwargs)
+
+    def opening(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        counts["open"] += 1
+        init(self, *args, **kwargs)
+
+    def refreshing(self):  # type: ignore[no-untyped-def]
+        counts["update_incremental"] += 1
+        return refresh(self)
+
+    monkeypatch.setattr(DeltaTable, "is_deltatable", staticmethod(probing))
+    monkeypatch.setattr(DeltaTable, "__init__", opening)
+    monkeypatch.setattr(DeltaTable, "update_incremental", refreshing)
+    return counts

@@ -38,3 +38,19 @@ def test_a_delta_source_killed_right_after_offsets_0_leaves_the_table_exact(tmp_
     assert (report.duplicates, report.lost, report.unexpected, report.orphans_left) == (0,) * 4
     assert report.rows_deltalake == report.rows_duckdb == report.rows_expected > 0
     assert report.exact
+
+
+#: A blind append's commit file is in the log and the committer has not learned it yet; a
+#: background checkpoint (every two versions in the campaign's table) has begun.
+LOG_APPEND_KINDS = ("commit_written", "checkpoint_started")
+
+
+def test_kills_after_a_log_append_and_in_a_background_checkpoint_leave_the_table_exact(tmp_path):
+    """The restart after ``commit_written`` finds the batch's txn through its log view (the
+    batch is not written twice); the one after ``checkpoint_started`` reads a log whose
+    newest checkpoint may be missing or lack its ``_last_checkpoint``."""
+    report = run_campaign(seed=26, cycles=2, workdir=tmp_path, kinds=LOG_APPEND_KINDS)
+    assert report.kills == dict.fromkeys(LOG_APPEND_KINDS, 1), (report.kills, report.not_reached)
+    assert (report.duplicates, report.lost, report.unexpected, report.orphans_left) == (0,) * 4
+    assert report.rows_deltalake == report.rows_duckdb == report.rows_expected > 0
+    assert report.exact

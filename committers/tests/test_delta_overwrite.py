@@ -23,6 +23,7 @@ from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
 from committers.delta.table._rules import TableShape
 from committers.tests._delta_helpers import (
     committed_files,
+    count_table_loads,
     data_files_on_disk,
     files_ever_added,
     read_rows,
@@ -343,6 +344,22 @@ def test_overwrite_without_replace_where_replaces_the_table(spark, tmp_path) -> 
     assert DeltaTable(uri, version=0).to_pyarrow_table().num_rows == 5
     assert sink.write(_rows(spark, [7, 8], "d3"), epoch_id=3).status == "skipped"
     _expect(uri, [(7, "d3"), (8, "d3")])
+
+
+@pytest.mark.parametrize("replace_where", [None, "day = 'd1'", "id > 1"])
+def test_an_overwrite_loads_the_table_once(spark, tmp_path, monkeypatch, replace_where) -> None:
+    """A (re)started overwrite opens the table once and refreshes it once for its batch (its
+    rewrite of the files holding matching rows, if any, plans on that same snapshot); nothing
+    reads the log back after the commit (it lands right on top of the snapshot or fails)."""
+    uri = _table(tmp_path)
+    rows = _rows(spark, [7, 8], "d1")
+    loads = count_table_loads(monkeypatch)
+    sink = DeltaSink(uri, app_id="full", mode="overwrite", replace_where=replace_where)
+    assert TwoPhaseSink(sink).write(rows, epoch_id=3).status == "committed"
+    assert loads == {"is_deltatable": 1, "open": 1, "update_incremental": 1}
+    monkeypatch.undo()
+    kept = {None: [], "day = 'd1'": [(3, "d2"), (4, None), (5, "d2")], "id > 1": [(1, "d1")]}
+    _expect(uri, [*kept[replace_where], (7, "d1"), (8, "d1")])
 
 
 def test_a_concurrent_append_is_never_left_behind_nor_overwritten_unseen(

@@ -21,7 +21,12 @@ from deltalake import DeltaTable, write_deltalake
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
 from committers.delta.write._upsert_spec import UpsertConflictError
-from committers.tests._delta_helpers import data_files_on_disk, read_rows, staging_leftovers
+from committers.tests._delta_helpers import (
+    count_table_loads,
+    data_files_on_disk,
+    read_rows,
+    staging_leftovers,
+)
 from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import forget_newest_commit
 from committers.tests._upsert_driver import APP_ID, run_cdc_stream, write_changes
@@ -360,6 +365,19 @@ def test_a_concurrent_append_survives_and_costs_a_commit_attempt_only(
     assert rows[5] == "five" and rows[100] == "new" and rows[200] == "a" and rows[201] == "b"
     assert len(rows) == 43 and len(read_rows(uri, ["id"])) == 43
     _assert_clean(uri)
+
+
+def test_an_upsert_batch_loads_the_table_once(spark, tmp_path, monkeypatch) -> None:
+    """A (re)started upsert opens the table once, its batch plans on the snapshot the replay
+    check left (one refresh) and commits on it, and nothing reads the log back after the
+    commit (it lands right on top of that snapshot or fails)."""
+    uri = _four_files(tmp_path)
+    changes = _changes(spark, [(5, "five", 1, "U"), (100, "new", 1, "I")])
+    loads = count_table_loads(monkeypatch)
+    _upsert(uri).write(changes)
+    assert loads == {"is_deltatable": 1, "open": 1, "update_incremental": 1}
+    rows = dict(_table_rows(uri, ["id", "name"]))
+    assert rows[5] == "five" and rows[100] == "new" and len(rows) == 41
 
 
 @KEPT_BY

@@ -19,6 +19,7 @@ from deltalake import DeltaTable, Field, QueryBuilder, Schema
 from deltalake.schema import StructType
 
 from committers.delta import DeltaSink
+from committers.delta.commit._log_append import LogStore
 from committers.tests._delta_spark import (
     assert_all_read,
     comparable,
@@ -404,3 +405,53 @@ def test_read_stream_over_our_streaming_appends_skips_compactions(delta_spark, t
     run_sink()
     run_reader()
     assert sorted(seen) == list(range(40))
+
+
+def _ids(rows: list[dict]) -> list[int]:
+    return sorted(row["id"] for row in rows)
+
+
+def test_delta_spark_reads_our_log_appends_then_appends_and_checkpoints_after_us(
+    delta_spark, tmp_path, monkeypatch
+):
+    """The sink's blind appends written straight into the log (not through delta-rs) read in
+    delta-spark like any commit (latest version, time travel, history); delta-spark appends and
+    checkpoints after them; the sink then continues from delta-spark's checkpoint (its replay
+    check finds the txn there) with the same path."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    landed: list[str] = []
+    put_if_absent = LogStore.put_if_absent
+
+    def recording(self, name, data):
+        won = put_if_absent(self, name, data)
+        landed.extend([name] if won else [])
+        return won
+
+    monkeypatch.setattr(LogStore, "put_if_absent", recording)
+
+    def ids_from(start: int, stop: int):
+        return spark.sql(f"SELECT id, CONCAT('d', id % 2) AS day FROM range({start}, {stop})")
+
+    sink = _sink(uri, partition_by=["day"])
+    for epoch in (1, 2):  # version 0 creates the table; version 1 goes through the log view
+        assert sink.write(ids_from(10 * epoch - 10, 10 * epoch), epoch_id=epoch).status == (
+            "committed"
+        )
+    assert landed == [f"{1:020d}.json"]
+    assert _ids(spark_rows(spark, uri, versionAsOf=1)) == list(range(20))
+    entry = _history(spark, uri)[1]
+    assert entry["operation"] == "WRITE"
+    before, after = (len(DeltaTable(uri, version=v).file_uris()) for v in (0, 1))
+    assert entry["operationMetrics"]["numFiles"] == str(after - before)
+
+    ids_from(20, 30).write.format("delta").mode("append").save(uri)  # version 2
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri).checkpoint()
+    assert (Path(uri) / "_delta_log" / f"{2:020d}.checkpoint.parquet").exists()
+
+    again = _sink(uri)  # a cold start: its log view begins at delta-spark's checkpoint
+    assert again.write(ids_from(10, 20), epoch_id=2).status == "skipped"
+    assert again.write(ids_from(30, 40), epoch_id=3).status == "committed"
+    assert landed[-1] == f"{3:020d}.json"
+    assert _ids(assert_all_read(spark, uri)) == list(range(40))
+    assert DeltaTable(uri).transaction_version("interop:write") == 3

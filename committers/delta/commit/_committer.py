@@ -38,6 +38,17 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from committers.delta.commit._log_append import (
+    AppendConflict,
+    AppendIdentity,
+    LogAppender,
+    LogStore,
+    adds_columns,
+    commit_lines,
+    shape_of,
+    unsupported_by_append,
+)
+from committers.delta.commit._log_maintenance import LogMaintenance
 from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._retry import Backoff, commit_with_reconciliation
@@ -118,17 +129,23 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         * ``clean_up`` deletes staged files of the epoch that no commit references, and never a
           file that a commit of the epoch references.
 
-    Keeping commit cost flat as history grows: the table handle is kept between epochs and
-    advanced incrementally; delta-rs writes a log checkpoint at the table's checkpoint interval;
-    and expired-log cleanup, which delta-rs would otherwise run after *every* commit (a full
-    listing of ``_delta_log``), runs once every ``log_cleanup_every`` commits instead, still
-    honouring ``delta.enableExpiredLogCleanup`` and ``delta.logRetentionDuration``.
+    Keeping commit cost flat as history grows: a blind append (a streaming or bounded append
+    with an app id) is written straight into the log by :mod:`~committers.delta.commit._log_append`,
+    whose view of the table advances by probing for the next version, so neither its replay
+    check nor its commit reads the whole log or the live-file list; other commits (overwrites,
+    upserts, a table's first commit, tables that need more than adds and a txn, conflicts) go
+    through delta-rs on one snapshot per attempt. Checkpoints (at the table's interval) and
+    expired-log clean-up (every ``log_cleanup_every`` versions, honouring
+    ``delta.enableExpiredLogCleanup`` and ``delta.logRetentionDuration``) run on a worker thread
+    (:mod:`~committers.delta.commit._log_maintenance`): a commit never waits for them; :meth:`close`
+    lets due work finish.
     """
 
     def __init__(
         self,
         location: TableLocation,
         *,
+        opened: tuple[DeltaTable, ResolvedCredentials | None] | None = None,
         plan: WritePlan,
         input_schema: pa.Schema,
         schema_mode: SchemaMode,
@@ -142,8 +159,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         staging: Staging = "auto",
         spelling: OptionSpelling = SINK_SPELLING,
     ) -> None:
-        """``rewrite_options``, ``staging``: how an overwrite whose ``replace_where`` reads
-        data columns rewrites the files holding matching rows (see ``_replace_rewrite``)."""
+        """``opened``: a handle of the table and the credentials it was built with (those of
+        the sink's ``prepare``), used instead of opening the table again. ``rewrite_options``,
+        ``staging``: how an overwrite whose ``replace_where`` reads data columns rewrites the
+        files holding matching rows (see ``_replace_rewrite``)."""
         self._location = location
         self._spelling = spelling  # how the errors of a re-check name options
         self._overwrite = overwrite
@@ -157,17 +176,22 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._backoff = backoff
         self._log_cleanup_every = log_cleanup_every
         self._user_metadata = user_metadata
-        self._table: DeltaTable | None = None
-        self._credentials: ResolvedCredentials | None = None  # those self._table holds
+        self._table: DeltaTable | None = None if opened is None else opened[0]
+        # the credentials self._table holds
+        self._credentials: ResolvedCredentials | None = None if opened is None else opened[1]
         self._versions: dict[tuple[str, str, int], int] = {}  # table version holding an epoch
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
+        self._planned_on_fresh = False  # refreshed by snapshot() for the epoch's rewrite
         # One-off epochs: the table version before this run could commit (-1: no table yet).
         self._read_before: dict[tuple[str, str, int], int] = {}
         # Task attempts of this run whose every file was committed: their manifests need no read.
         self._committed_attempts: dict[tuple[str, str, int], set[int]] = {}
         # The staging of an upsert's epoch (with its redo) from combine() until its commit.
         self._rewrites: dict[tuple[str, str, int], StagedRewrite] = {}
+        # Blind appends straight into the log; checkpoints and log clean-up off the commit path.
+        self._appender = LogAppender(location) if LogStore.supports(location) else None
+        self._maintenance = LogMaintenance(location, cleanup_every=log_cleanup_every)
 
     # -- table handle ---------------------------------------------------------------------
 
@@ -199,13 +223,27 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._table = DeltaTable(uri, storage_options=options)
         return self._table
 
+    def snapshot(self) -> DeltaTable | None:
+        """The table as the replay check of the epoch being committed loaded it (the newest
+        snapshot then; ``None``: no table yet), or refreshed now outside of an epoch: a
+        rewrite plans on it, so a batch loads the table once."""
+        if self._checked_epoch is not None and not self._credentials_due():
+            return self._table
+        table = self.table()
+        self._planned_on_fresh = True  # the epoch's commit may start from this very snapshot
+        return table
+
     def _credentials_due(self) -> bool:
         """Whether the handle's credentials are due for renewal."""
         renew_at = None if self._credentials is None else self._credentials.renew_at
         return renew_at is not None and time.time() >= renew_at
 
     def last_committed_epoch(self, app_id: str) -> int | None:
-        """The newest epoch id the table records for ``app_id``, or ``None``."""
+        """The newest epoch id the table records for ``app_id``, or ``None``: from the log
+        view when the log can be followed (no snapshot is loaded), else from delta-rs."""
+        view = None if self._appender is None else self._appender.current()
+        if view is not None:
+            return view.txns.get(app_id)
         table = self.table()
         return None if table is None else table.transaction_version(app_id)
 
@@ -224,6 +262,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     # -- GlobalCommitter ------------------------------------------------------------------
 
     def is_committed(self, epoch: Epoch) -> bool:
+        self._planned_on_fresh = False
+        if self._log_shows_new(epoch):
+            crash_point("replay_check", epoch.epoch_id)
+            return False
         table = self.table()
         if epoch.one_off:  # a fresh identity: where its commit could appear starts here
             self._read_before[_key(epoch)] = -1 if table is None else table.version()
@@ -280,7 +322,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """``new_files`` with the kept rows of the files the overwrite rewrites on the
         newest snapshot; it can be redone once (``attempt`` 1, into a new directory)."""
         assert self._replace_where is not None
-        table = self.table()
+        table = self.snapshot()
         if table is None:  # the commit creates the table: nothing to replace
             return StagedRewrite(new_files, rewrite=Rewrite(read_version=None))
         kept, rewrite = replace_rows(
@@ -363,13 +405,16 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         def attempt() -> None:
             nonlocal attempts
             attempts += 1
+            if self._append_through_log(committable):
+                return
             # Right after is_committed() refreshed the handle for this epoch, a second refresh
             # would only repeat a listing of the log: a commit of the same app id landing in
             # between is still caught by delta-rs's conflict check.
             table: DeltaTable | None = self._table
+            fresh = self._checked_epoch == _key(epoch) or self._planned_on_fresh
             if (
                 attempts > 1
-                or self._checked_epoch != _key(epoch)
+                or not fresh
                 or table is None
                 or self._credentials_due()  # staging took long: renew before committing
             ):
@@ -389,8 +434,16 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             read_version = table.version()
             crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
             self._write_commit(table, committable)
-            version = self._version_of_commit(table, read_version, epoch)
-            self._clean_expired_logs(table, committed_version=version or read_version + 1)
+            # An exact commit (it replaces or rewrites files: no retries) is the next version
+            # or raised; only a rebased append needs the log read back to find its version.
+            # (delta-rs discards the snapshot it built after the commit; the next batch's
+            # refresh is the one load.)
+            if self._commits_exactly(committable):
+                version: int | None = read_version + 1
+            else:
+                version = self._version_of_commit(table, read_version, epoch)
+            configuration = table.metadata().configuration
+            self._maintenance.committed(version or read_version + 1, configuration)
             self._remember(committable, version=version)
 
         try:
@@ -427,6 +480,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             ) from err.__cause__
         finally:
             self._checked_epoch = None
+            self._planned_on_fresh = False
 
     def _write_commit(self, table: DeltaTable, committable: DeltaCommittable) -> None:
         """One Delta commit of the epoch's files, on top of ``table``'s snapshot.
@@ -442,7 +496,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """
         epoch = committable.epoch
         actions: list[AddAction | RemoveAction] = [_add_action(f) for f in committable.files]
-        replacing = self._overwrite or epoch.output_mode == "complete"
+        replacing = self._replaces_all(epoch)
         if self._replace_where is not None:
             self._write_replacement(table, committable, actions)
             return
@@ -456,7 +510,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             removed = len(table.file_uris())
         else:
             removed = 0
-        exact = replacing or committable.rewrite is not None
+        exact = self._commits_exactly(committable)
         table.create_write_transaction(
             actions,
             mode="overwrite" if replacing else "append",
@@ -466,6 +520,18 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 committable, removed_files=removed, retries=0 if exact else None
             ),
             post_commithook_properties=_POST_COMMIT,
+        )
+
+    def _replaces_all(self, epoch: Epoch) -> bool:
+        return self._overwrite or epoch.output_mode == "complete"
+
+    def _commits_exactly(self, committable: DeltaCommittable) -> bool:
+        """Whether the commit must land right on top of its snapshot (delta-rs may not rebase
+        it: it replaces or rewrites files), so it is the next version or it fails."""
+        return (
+            self._replaces_all(committable.epoch)
+            or committable.rewrite is not None
+            or self._replace_where is not None
         )
 
     def _write_replacement(
@@ -681,23 +747,6 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             f"app_id; to continue this one, use an epoch_id above {last}."
         )
 
-    def _clean_expired_logs(self, table: DeltaTable, committed_version: int) -> None:
-        """Every ``log_cleanup_every`` versions, delete log files past the table's log retention.
-
-        ``committed_version`` may be an underestimate after a conflict retry; it only sets the
-        cadence, so no extra listing of the log is spent to learn the exact version. Runs after
-        the commit landed, so it never fails the batch.
-        """
-        if committed_version % self._log_cleanup_every:
-            return
-        try:
-            table.update_incremental()
-            config = table.metadata().configuration
-            if str(config.get("delta.enableExpiredLogCleanup", "true")).lower() != "false":
-                table.cleanup_metadata()
-        except (DeltaError, OSError) as err:  # housekeeping only
-            log.warning("expired-log cleanup of %s failed: %s", self._location, err)
-
     def _remember(self, committable: DeltaCommittable, version: int | None) -> None:
         """What clean-up must keep (the files the commit of this run references), and the
         version that holds the epoch."""
@@ -709,6 +758,86 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
 
     def committed_version(self, epoch: Epoch) -> int | None:
         return self._versions.get(_key(epoch))
+
+    def close(self) -> None:
+        """Let the log maintenance due after the last commit finish (up to
+        ``MAINTENANCE_CLOSE_WAIT`` seconds), then stop it."""
+        self._maintenance.wait_idle(MAINTENANCE_CLOSE_WAIT)
+        self._maintenance.stop()
+
+    # -- blind appends straight into the log (_log_append) --------------------------------
+
+    def _appends_blindly(self, epoch: Epoch) -> bool:
+        """Whether ``epoch``'s commit adds files and a txn and reads nothing."""
+        return (
+            self._appender is not None
+            and not epoch.one_off
+            and epoch.output_mode == "append"
+            and not self._overwrite
+            and self._replace_where is None
+        )
+
+    def _log_shows_new(self, epoch: Epoch) -> bool:
+        """The replay check from the log view: ``True`` when the table's txn of the app id is
+        below ``epoch`` (it is new); ``False`` when only a snapshot can tell."""
+        if self._appender is None or epoch.one_off:
+            return False
+        view = self._appender.current()
+        return view is not None and view.txns.get(epoch.app_id, -1) < epoch.epoch_id
+
+    def _append_through_log(self, committable: DeltaCommittable) -> bool:
+        """Commit a blind append at the version after the log view's, without a snapshot;
+        ``False`` (nothing written) when the delta-rs path must decide: the table is missing
+        or needs more than adds and a txn, the txn of the app id reached the epoch, the input
+        adds columns, or a commit since conflicts (:func:`~committers.delta.commit._log_append.
+        conflict_of`). Its errors are those of the delta-rs path (``_check_plan``)."""
+        epoch = committable.epoch
+        if committable.rewrite is not None or not self._appends_blindly(epoch):
+            return False
+        assert self._appender is not None
+        view = self._appender.current()
+        if view is None or unsupported_by_append(view) is not None:
+            return False
+        if view.txns.get(epoch.app_id, -1) >= epoch.epoch_id:
+            return False
+        if not self._appender.rules_checked(view):
+            shape = shape_of(view)
+            if adds_columns(shape, self._input_schema, self._schema_mode, self._spelling):
+                return False
+            self._check_plan(shape, epoch)
+            self._appender.mark_rules_checked(view)
+        properties = self._commit_properties(committable)
+        adds = [_add_entry(f) for f in committable.files]
+        me = AppendIdentity(
+            epoch.app_id,
+            epoch.epoch_id,
+            epoch.run_id,
+            epoch.writer_identity,
+            app_key=COMMIT_APP_ID,
+            epoch_key=COMMIT_EPOCH_ID,
+            run_key=COMMIT_RUN_ID,
+        )
+        crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
+        try:
+            outcome = self._appender.append(
+                me,
+                lambda now: commit_lines(
+                    adds,
+                    txn=(epoch.app_id, epoch.epoch_id),
+                    custom_metadata=properties.custom_metadata or {},
+                    partition_by=view.metadata.get("partitionColumns") or [],
+                    now_ms=now,
+                ),
+            )
+        except AppendConflict as conflict:
+            log.info(
+                "batch %s of %r goes through delta-rs: %s", epoch.epoch_id, epoch.app_id, conflict
+            )
+            return False
+        crash_point("commit_written", epoch.epoch_id)
+        self._maintenance.committed(outcome.version, view.configuration)
+        self._remember(committable, version=outcome.version)
+        return True
 
     def _version_of_commit(self, table: DeltaTable, read_version: int, epoch: Epoch) -> int | None:
         """The version our commit landed at, from the log after ``read_version``: the next
@@ -932,7 +1061,10 @@ def _key(epoch: Epoch) -> tuple[str, str, int]:
     return (epoch.app_id, epoch.writer_identity, epoch.epoch_id)
 
 
-_POST_COMMIT = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+# Checkpoints and log clean-up run on the committer's LogMaintenance worker, off the commit.
+_POST_COMMIT = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+#: How long ``close()`` lets due log maintenance (a checkpoint) finish.
+MAINTENANCE_CLOSE_WAIT = 60.0
 
 
 def _operation_parameters(
@@ -987,3 +1119,16 @@ def _add_action(staged: StagedFile) -> AddAction:
         data_change=True,
         stats=staged.stats,
     )
+
+
+def _add_entry(staged: StagedFile) -> dict[str, Any]:
+    """The add action of ``staged`` for :func:`~committers.delta.commit._log_append.commit_lines`,
+    with what :func:`_add_action` gives delta-rs."""
+    return {
+        "path": staged.path,
+        "partitionValues": dict(staged.partition_values),
+        "size": staged.size,
+        "modificationTime": staged.modification_time,
+        "dataChange": True,
+        "stats": staged.stats,
+    }

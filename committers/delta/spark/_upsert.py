@@ -233,15 +233,20 @@ class UpsertStager:
         options: WriterOptions,
         bytes_per_row: float | None,
         staging: Staging = "auto",
+        snapshot: Callable[[], DeltaTable | None] | None = None,
     ) -> None:
         """``staging="spark"``: the touched files' kept rows are rewritten by Spark too (by
-        default Python tasks rewrite them when the batch's keys were collected)."""
+        default Python tasks rewrite them when the batch's keys were collected).
+        ``snapshot``: the newest snapshot of the table (``None``: no table yet), as the
+        committer's replay check of the batch just loaded it; without it each batch opens the
+        table itself."""
         self._location = location
         self._plan = plan
         self._upsert = upsert
         self._options = options
         self._bytes_per_row = bytes_per_row
         self._staging = staging
+        self._snapshot = snapshot or (lambda: open_table(location))
 
     def stage(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
         """Stage ``epoch``'s batch ``df`` on the newest snapshot; the result can ``redo`` it
@@ -280,7 +285,7 @@ class UpsertStager:
             raise translated from err
 
     def _run(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
-        table = open_table(self._location)  # snapshot V (None: the commit creates the table)
+        table = self._snapshot()  # snapshot V (None: the commit creates the table)
         read_version = None if table is None else table.version()
         checked = self._checked(df).persist()
         latest = checked

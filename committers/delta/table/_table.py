@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from committers.delta.storage._staging import STAGING_DIR, read_manifest
-from committers.delta.storage._storage import TableLocation
+from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from framework.errors import (
     ConfigurationError,
     DestinationError,
@@ -91,15 +91,18 @@ def _staged_top_level_names(location: TableLocation) -> set[str]:
     return names
 
 
-def open_table(location: TableLocation) -> DeltaTable | None:
+def open_table(
+    location: TableLocation, credentials: ResolvedCredentials | None = None
+) -> DeltaTable | None:
     """The table at ``location``, or ``None`` if there is none yet (the sink then creates it
-    with its first commit, so a failed first write leaves nothing behind).
+    with its first commit, so a failed first write leaves nothing behind). ``credentials``:
+    those the handle is built with on S3 (resolved now if not given).
 
     Raises:
         NotATableError: the location holds files but no Delta log.
         LocationNotWritableError: the location cannot be read (credentials, bucket, path).
     """
-    uri, options = location.uri, location.delta_storage_options()
+    uri, options = location.uri, location.delta_storage_options(credentials)
     try:
         if DeltaTable.is_deltatable(uri, storage_options=options):
             return DeltaTable(uri, storage_options=options)
