@@ -28,6 +28,7 @@ from committers.delta._options import (
     WriterOptions,
     check_staging,
 )
+from committers.delta._protocol import check_replaceable
 from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
 from committers.delta._s3safety import verify_conditional_put
@@ -345,6 +346,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     f"{option} out)."
                 )
         plan = plan_write(shape, schema, self.schema_mode, self.location.uri, self.option_spelling)
+        if table is not None and self.mode == "overwrite":
+            check_replaceable(dict(shape.configuration), self.location.uri, "mode='overwrite'")
         if self.replace_where is not None:
             plan, self.replace_where = with_replace_where(
                 plan, self.replace_where, self.location.uri
