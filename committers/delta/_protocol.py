@@ -52,8 +52,10 @@ ENFORCED_FEATURES = {
 
 # Why the others are refused (delta-rs cannot commit to these tables either).
 _REFUSED_FEATURES = {
-    "identityColumns": "identity columns need values generated from the table's high-water "
-    "mark in the same commit, which neither this sink nor delta-rs can do",
+    "identityColumns": "identity columns need values generated beyond the column's "
+    "delta.identity.highWaterMark and a metaData action advancing the mark in the same "
+    "commit; delta-rs 1.6 commits a changed schema only with an overwrite (which removes the "
+    "table's files) and drops it from an append, so the sink cannot write that commit",
     "typeWidening": "type changes are not tracked by this sink's writer",
     "allowColumnDefaults": "column defaults are not filled in by this sink's writer",
     "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
