@@ -97,3 +97,19 @@ def file_stats(table_uri: str) -> list[dict]:
     commits = sorted((Path(table_uri) / "_delta_log").glob("*.json"))
     actions = [json.loads(line) for path in commits for line in path.read_text().splitlines()]
     return [json.loads(a["add"]["stats"]) for a in actions if "add" in a]
+
+
+def interfering(monkeypatch, interfere) -> list[int]:
+    """Wrap delta-rs's commit call: ``interfere(n)`` runs before the n-th call (1, 2, ...),
+    after the committer read the snapshot it commits on. Returns the calls made (their action
+    counts)."""
+    original = DeltaTable.create_write_transaction
+    calls: list[int] = []
+
+    def wrapped(self, actions, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(actions))
+        interfere(len(calls))
+        return original(self, actions, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", wrapped)
+    return calls
