@@ -31,6 +31,7 @@ from committers.delta.storage._storage import (
     TableLocation,
 )
 from committers.delta.table._delta_schema import walk
+from committers.delta.table._protocol import check_replaceable
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
 from committers.delta.table._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
 from committers.delta.table._schema import (
@@ -376,6 +377,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     f"{option} out)."
                 )
         plan = plan_write(shape, schema, self.schema_mode, self.location.uri, self.option_spelling)
+        if table is not None and self.mode == "overwrite":
+            check_replaceable(dict(shape.configuration), self.location.uri, "mode='overwrite'")
         if self.replace_where is not None:
             plan, self.replace_where = with_replace_where(
                 plan, self.replace_where, self.location.uri

@@ -125,3 +125,19 @@ def count_table_loads(monkeypatch) -> Counter[str]:
     monkeypatch.setattr(DeltaTable, "__init__", opening)
     monkeypatch.setattr(DeltaTable, "update_incremental", refreshing)
     return counts
+
+
+def interfering(monkeypatch, interfere) -> list[int]:
+    """Wrap delta-rs's commit call: ``interfere(n)`` runs before the n-th call (1, 2, ...),
+    after the committer read the snapshot it commits on. Returns the calls made (their action
+    counts)."""
+    original = DeltaTable.create_write_transaction
+    calls: list[int] = []
+
+    def wrapped(self, actions, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(actions))
+        interfere(len(calls))
+        return original(self, actions, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", wrapped)
+    return calls

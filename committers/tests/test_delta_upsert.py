@@ -24,6 +24,7 @@ from committers.delta.write._upsert_spec import UpsertConflictError
 from committers.tests._delta_helpers import (
     count_table_loads,
     data_files_on_disk,
+    interfering,
     read_rows,
     staging_leftovers,
 )
@@ -322,20 +323,6 @@ def test_only_the_file_holding_the_key_is_read_and_rewritten_or_none(
 # -- other writers -----------------------------------------------------------------------------
 
 
-def _interfering(monkeypatch, interfere) -> list[int]:
-    """Wrap delta-rs's commit call: ``interfere(n)`` runs before the n-th call (1, 2, ...)."""
-    original = DeltaTable.create_write_transaction
-    calls: list[int] = []
-
-    def wrapped(self, actions, *args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(len(actions))
-        interfere(len(calls))
-        return original(self, actions, *args, **kwargs)
-
-    monkeypatch.setattr(DeltaTable, "create_write_transaction", wrapped)
-    return calls
-
-
 def _run_directories(uri: str, version: int) -> set[str]:
     """The runs whose files the commit ``version`` adds (new rows in ``batch-<e>-<run>/``, the
     kept rows of the rewritten files in ``batch-<e>-<run>-kept/``)."""
@@ -354,7 +341,7 @@ def test_a_concurrent_append_survives_and_costs_a_commit_attempt_only(
             appended = {"id": pa.array([200, 201], pa.int64()), "name": ["a", "b"], "ts": [0, 0]}
             write_deltalake(uri, pa.table(appended), mode="append")
 
-    calls = _interfering(monkeypatch, append_once)
+    calls = interfering(monkeypatch, append_once)
     _upsert(uri, staging=staging).write(
         _changes(spark, [(5, "five", 1, "U"), (100, "new", 1, "I")])
     )
@@ -394,7 +381,7 @@ def test_a_concurrent_rewrite_of_the_same_file_is_redone_once_then_fails_loudly(
             theirs.append(f"theirs{len(theirs)}")
             DeltaTable(uri).update(updates={"name": f"'{theirs[-1]}'"}, predicate="id = 5")
 
-    calls = _interfering(monkeypatch, update_the_same_row)
+    calls = interfering(monkeypatch, update_the_same_row)
     _upsert(uri, staging=staging).write(
         _changes(spark, [(5, "ours", 1, "U"), (15, "ours", 1, "U")])
     )

@@ -16,17 +16,25 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
 from committers.tests._delta_spark import (
     assert_all_read,
     comparable,
     data_files,
+    delta_rs_rows,
     spark_rows,
 )
 from committers.tests._readers import duckdb_rows
+from committers.tests._spark_helpers import file_stream, make_source
 from framework import TwoPhaseSink
-from framework.errors import ConstraintViolationError, NullConstraintError
+from framework.errors import (
+    ConstraintViolationError,
+    NullConstraintError,
+    UnsupportedTypeError,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -217,19 +225,49 @@ def test_nested_not_null_holds_only_under_a_present_parent(delta_spark, tmp_path
     assert assert_all_read(spark, uri) == [{"id": 2, "s": None}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="VARCHAR(n) / CHAR(n) lengths are not enforced: delta-spark records them as field "
-    "metadata (__CHAR_VARCHAR_TYPE_STRING: varchar(5)) on a string column and refuses longer "
-    "values on its own writes; the sink's table rules (committers/delta/table/_rules.py) read no "
-    "such metadata, so an 8-character value is committed into a VARCHAR(5) column without a word.",
-)
 def test_char_and_varchar_lengths_are_enforced(delta_spark, tmp_path):
+    """delta-spark records CHAR(n) / VARCHAR(n) as field metadata on string columns. The sink
+    refuses a longer value (append and upsert, nothing committed; delta-spark refuses it too,
+    trailing spaces included) and stores the others as delta-spark does: as given, a CHAR
+    value unpadded (delta-spark pads it when it reads)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _create(spark, uri, "id BIGINT, c CHAR(3), v VARCHAR(5)")
-    with pytest.raises(ConstraintViolationError, match="varchar"):
-        _append(uri, spark.sql("SELECT 1L AS id, 'abc' AS c, 'abcdefgh' AS v"))
+    _create(
+        spark,
+        uri,
+        "id BIGINT, c CHAR(3), v VARCHAR(5)",
+        "INSERT INTO {t} VALUES (1, 'ab', 'abcde')",
+    )
+    too_long = {
+        r"varchar\(5\) column 'v' holds at most 5 characters": "'abcdefgh' AS v, 'a' AS c",
+        r"char\(3\) column 'c' holds at most 3 characters": "'abc' AS v, 'abc ' AS c",
+    }
+    for message, values in too_long.items():
+        with pytest.raises(ConstraintViolationError, match=message):
+            _append(uri, spark.sql(f"SELECT 2L AS id, {values}"))
+    with pytest.raises(ConstraintViolationError, match=r"varchar\(5\) column 'v'"):
+        _upsert(uri, spark.sql("SELECT 1L AS id, 'a' AS c, 'abcdef' AS v, 'U' AS op"))
+    assert _log_version(uri) == 1
+    _append(uri, spark.sql("SELECT 2L AS id, 'ab' AS c, 'abcde' AS v"))
+    _append(uri, spark.sql("SELECT 3L AS id, 'abc' AS c, 'ab ' AS v"))
+    _upsert(uri, spark.sql("SELECT 4L AS id, 'd' AS c, 'd' AS v, 'I' AS op"))
+    # delta-spark stores CHAR values as given (its own row 1 too) and pads them when it reads.
+    stored = [("ab", "abcde"), ("ab", "abcde"), ("abc", "ab "), ("d", "d")]
+    expected = [{"id": i, "c": c, "v": v} for i, (c, v) in enumerate(stored, start=1)]
+    assert delta_rs_rows(uri) == expected
+    assert comparable(duckdb_rows(uri)) == expected
+    padded = [{**row, "c": row["c"].ljust(3)} for row in expected]
+    assert spark_rows(spark, uri) == padded
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (5, 'e', 'e')")  # delta-spark writes on
+    assert len(spark_rows(spark, uri)) == 5
+
+
+def test_lengths_inside_nested_types_are_refused(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(spark, uri, "id BIGINT, a ARRAY<VARCHAR(3)>")
+    with pytest.raises(UnsupportedTypeError, match=r"'a' is declared array<varchar\(3\)>"):
+        _append(uri, spark.sql("SELECT 1L AS id, array('abcd') AS a"))
     assert _log_version(uri) == 0
 
 
@@ -250,23 +288,39 @@ def test_an_append_only_table(delta_spark, tmp_path):
     assert assert_all_read(spark, uri) == [{"id": 1, "v": 1}, {"id": 2, "v": 2}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mode='overwrite' does not check delta.appendOnly (only the upsert does, "
-    "committers/delta/spark/_upsert.py): the batch is staged, delta-rs refuses the commit that "
-    "removes files, and the sink reports CommitConflictError 'lost every commit race ... "
-    "restarting is safe' after its commit retries: a misleading error, raised after the work, "
-    "that a restart cannot fix (nothing is committed; the staged files are deleted).",
-)
-def test_an_overwrite_of_an_append_only_table_is_refused_before_anything(delta_spark, tmp_path):
+def test_a_rewrite_of_an_append_only_table_is_refused_before_anything(delta_spark, tmp_path):
+    """An overwrite (whole table, replace_where on partitions or on data) and a complete-mode
+    batch would remove rows, which delta.appendOnly forbids: each is refused before it stages
+    anything, naming append-only (delta-rs would refuse the commit only after the work)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _id_v_table(
-        spark, uri, "INSERT INTO {t} VALUES (1, 1)", properties="'delta.appendOnly' = 'true'"
+    _create(
+        spark,
+        uri,
+        "id BIGINT, day STRING",
+        "INSERT INTO {t} VALUES (1, 'd0')",
+        clauses="PARTITIONED BY (day) TBLPROPERTIES ('delta.appendOnly' = 'true')",
     )
-    with pytest.raises(UnsupportedTableFeatureError, match="append-only"):
-        _overwrite(uri, spark.createDataFrame([(2, 2)], ROWS))
-    assert _log_version(uri) == 1
+    files = data_files(uri)
+    rows = spark.createDataFrame([(2, "d0")], "id BIGINT, day STRING")
+    for replace_where in (None, "day = 'd0'", "id = 1"):
+        with pytest.raises(UnsupportedTableFeatureError, match=r"append-only .*mode='overwrite'"):
+            _overwrite(uri, rows, replace_where=replace_where)
+    src = make_source(tmp_path, 1)
+    sink = TwoPhaseSink(DeltaSink(uri, app_id="totals"))
+    query = sink.write_stream(
+        file_stream(spark, src).groupBy("day").agg(F.max("id").alias("id")),
+        checkpoint_location=str(tmp_path / "chk"),
+        output_mode="complete",
+        trigger={"availableNow": True},
+    )
+    with pytest.raises(StreamingQueryException):
+        query.awaitTermination()
+    error = sink.failure(query)
+    assert isinstance(error, UnsupportedTableFeatureError), error
+    assert "append-only" in str(error) and "output_mode='complete'" in str(error)
+    assert (_log_version(uri), data_files(uri)) == (1, files)
+    assert assert_all_read(spark, uri) == [{"id": 1, "day": "d0"}]
 
 
 def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path):

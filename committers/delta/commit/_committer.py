@@ -62,7 +62,7 @@ from committers.delta.storage._staging import (
 )
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.storage._upload import abort_incomplete_uploads
-from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._protocol import UnsupportedTableFeatureError, check_replaceable
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere, with_replace_where
 from committers.delta.table._rules import TableShape, WritePlan, new_table_schema, plan_write
 from committers.delta.table._schema import (
@@ -271,6 +271,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             self._read_before[_key(epoch)] = -1 if table is None else table.version()
         held = self._holds(table, epoch)
         crash_point("replay_check", epoch.epoch_id)
+        if not held and table is not None:  # before the epoch stages anything
+            self._check_replaceable(table.metadata().configuration, epoch)
         if not held:
             self._checked_epoch = _key(epoch)
         return held
@@ -951,6 +953,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
                 input can no longer be written at all.
         """
+        self._check_replaceable(dict(shape.configuration), epoch)
         current = plan_write(
             shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
         )
@@ -966,6 +969,17 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             "no longer hold. Nothing was committed; restarting the query re-stages the batch "
             "under the table's current rules."
         )
+
+    def _check_replaceable(self, configuration: Mapping[str, str], epoch: Epoch) -> None:
+        """Refuse an epoch that replaces the table's rows if the table is append-only.
+
+        Raises:
+            UnsupportedTableFeatureError: see :func:`check_replaceable`.
+        """
+        if self._overwrite:
+            check_replaceable(configuration, self._location.uri, "mode='overwrite'")
+        elif epoch.output_mode == "complete":
+            check_replaceable(configuration, self._location.uri, "output_mode='complete'")
 
     def _evolve_schema(self, table: DeltaTable) -> TableShape:
         """In merge mode, first add the input's new columns to the table; returns the table's

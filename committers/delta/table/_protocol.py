@@ -8,16 +8,21 @@ refuses, with the feature's name and what to do, every table the sink cannot wri
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from framework.errors import DestinationError
 
 __all__ = [
+    "APPEND_ONLY",
     "ENFORCED_FEATURES",
     "TableFeatures",
     "UnsupportedTableFeatureError",
+    "check_replaceable",
 ]
+
+#: The table property that forbids removing rows (PROTOCOL.md, "Append-only Tables").
+APPEND_ONLY = "delta.appendOnly"
 
 # Features implied by a legacy writer version (each version includes the ones below it).
 _LEGACY_WRITER_FEATURES = {
@@ -47,8 +52,10 @@ ENFORCED_FEATURES = {
 
 # Why the others are refused (delta-rs cannot commit to these tables either).
 _REFUSED_FEATURES = {
-    "identityColumns": "identity columns need values generated from the table's high-water "
-    "mark in the same commit, which neither this sink nor delta-rs can do",
+    "identityColumns": "identity columns need values generated beyond the column's "
+    "delta.identity.highWaterMark and a metaData action advancing the mark in the same "
+    "commit; delta-rs 1.6 commits a changed schema only with an overwrite (which removes the "
+    "table's files) and drops it from an append, so the sink cannot write that commit",
     "typeWidening": "type changes are not tracked by this sink's writer",
     "allowColumnDefaults": "column defaults are not filled in by this sink's writer",
     "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
@@ -110,3 +117,22 @@ class TableFeatures:
             "table for other readers, so nothing was written. Write to this table with an "
             "engine that supports the feature (delta-spark), or to a table without it."
         )
+
+
+def check_replaceable(configuration: Mapping[str, str], table_uri: str, operation: str) -> None:
+    """Refuse an ``operation`` that replaces the table's rows (an overwrite, complete mode) on
+    an append-only table: Delta forbids removing its files with ``dataChange=true``, so the
+    commit could never land. Checked before anything is staged.
+
+    Raises:
+        UnsupportedTableFeatureError: ``delta.appendOnly`` is ``true`` in ``configuration``.
+    """
+    if str(configuration.get(APPEND_ONLY, "false")).lower() != "true":
+        return
+    raise UnsupportedTableFeatureError(
+        f"{operation} cannot write {table_uri}: it is append-only ({APPEND_ONLY}=true), and "
+        f"{operation} removes its rows, which Delta forbids on such a table. Nothing was "
+        "written. Append to it (mode='append'), or, if rows may be removed, unset the "
+        f"property first (delta-spark: ALTER TABLE ... SET TBLPROPERTIES ('{APPEND_ONLY}' = "
+        "'false'))."
+    )

@@ -530,7 +530,8 @@ def with_replace_where(
         SchemaMismatchError, ConfigurationError: see :meth:`ReplaceWhere.bind`; also for a
             table with column mapping (its files and partition values use physical names).
         UnsupportedTableFeatureError: a predicate on data columns (which rewrites files) on a
-            table with deletion vectors, the change data feed or ``delta.appendOnly``.
+            table with deletion vectors or the change data feed (an append-only table is
+            refused for every overwrite, by ``check_replaceable``).
     """
     if plan.shape.column_mapping:
         raise ConfigurationError(
@@ -557,7 +558,6 @@ def with_replace_where(
 _NOT_REWRITABLE = {
     "delta.enableChangeDataFeed": "the change data feed is enabled, which needs change files "
     "for the rows a rewrite deletes; this sink does not write them",
-    "delta.appendOnly": "it is append-only: its rows may not be deleted",
 }
 
 

@@ -18,6 +18,7 @@ commits only if it is unchanged (a constraint added while the batch was staging 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,9 @@ __all__ = ["FileLayout", "TableShape", "WritePlan", "new_table_schema", "plan_wr
 CONSTRAINT_PREFIX = "delta.constraints."
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 SPARK_FIELD_ID = "parquet.field.id"
+# delta-spark's record of a CHAR(n) / VARCHAR(n) column (a string in the log).
+CHAR_VARCHAR_TYPE = "__CHAR_VARCHAR_TYPE_STRING"
+_CHAR_VARCHAR = re.compile(r"(char|varchar)\((\d+)\)")
 
 # Instants Delta can spell (years 1 to 9999), in microseconds since the epoch.
 _MIN_MICROS = -62135596800000000
@@ -210,9 +214,9 @@ def plan_write(
             for f in shape.schema.fields
         )
         output, layout = _output(shape)
+        plan = InputPlan(columns=columns, checks=tuple(_checks(shape, given)), output=output)
     except ValueError as err:  # a Delta type the sink has no spelling for
         raise UnsupportedTypeError(f"table {table_uri} cannot be written: {err}") from err
-    plan = InputPlan(columns=columns, checks=tuple(_checks(shape, given)), output=output)
     return WritePlan(shape, plan, layout)
 
 
@@ -230,6 +234,26 @@ def _defined_column(
     else:
         expression = f"CAST(NULL AS {spark_type(f.type, physical=False)})"
     return PlannedColumn(name=f.name, expression=expression)
+
+
+def length_limit(f: DeltaField) -> tuple[str, int] | None:
+    """``("char" | "varchar", n)`` for a string column delta-spark declared ``CHAR(n)`` or
+    ``VARCHAR(n)``; ``None`` for any other column.
+
+    Raises:
+        ValueError: the declaration is on a nested type (``ARRAY<VARCHAR(3)>``, a struct
+            holding one), whose lengths this sink does not enforce.
+    """
+    declared = f.metadata.get(CHAR_VARCHAR_TYPE)
+    if declared is None:
+        return None
+    match = _CHAR_VARCHAR.fullmatch(str(declared).strip().lower())
+    if match is None or f.type != "string":
+        raise ValueError(
+            f"column {f.name!r} is declared {declared} by delta-spark, and this sink enforces "
+            "CHAR(n) and VARCHAR(n) lengths on top-level string columns only"
+        )
+    return match.group(1), int(match.group(2))
 
 
 def _checks(shape: TableShape, given: Mapping[str, pa.Field]) -> list[RowCheck]:
@@ -274,6 +298,20 @@ def _checks(shape: TableShape, given: Mapping[str, pa.Field]) -> list[RowCheck]:
                     shown=shown,
                     hint="Leave the column out of the input to have it computed, or write "
                     "the value its expression gives.",
+                )
+            )
+    for f in shape.schema.fields:
+        limit = length_limit(f)
+        if limit is not None:
+            kind, n = limit
+            checks.append(
+                RowCheck(
+                    error="ConstraintViolationError",
+                    rule=f"{kind}({n}) column {f.name!r} holds at most {n} characters",
+                    predicate=f"{quote(f.name)} IS NULL OR char_length({quote(f.name)}) <= {n}",
+                    shown=shown,
+                    hint="Shorten the values (substring()) or filter out the rows before "
+                    "writing (delta-spark refuses them too, trailing spaces included).",
                 )
             )
     for name, expression in shape.constraints:
