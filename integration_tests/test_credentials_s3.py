@@ -42,6 +42,7 @@ def _put_with(proxy: FaultProxy, table: S3Table, key: tuple[str, str]) -> None:
     client.put_object(Bucket=table.bucket, Key=f"probe-{key[0]}", Body=b"x")
 
 
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_expiring_keys_are_renewed_under_a_running_query(table: S3Table, tmp_path: Path) -> None:
     """A streaming query outlives several short-lived keys: the driver's long-lived committer
     handle and the executors' uploads renew them, and every row lands exactly once."""

@@ -66,6 +66,7 @@ from committers.delta._options import Staging, WriterOptions, check_staging
 from committers.delta._protocol import UnsupportedTableFeatureError
 from committers.delta._retry import Backoff, commit_with_reconciliation
 from committers.delta._rules import FileLayout, TableShape, plan_write
+from committers.delta._s3a import prepare_s3a
 from committers.delta._s3safety import verify_conditional_put
 from committers.delta._schema import HIVE_NULL
 from committers.delta._snapshot import Snapshot, reader_features
@@ -245,7 +246,7 @@ def compact_table(
     shape = TableShape.of_table(table)
     layout = _check_compactable(shape, table, location.uri)
     if staging == "spark":
-        _check_spark_can_rewrite(spark, shape, location.uri)
+        _check_spark_can_rewrite(spark, shape, location)
     partition_by = shape.partition_by
     filters = _check_partition_filter(partition_filter, partition_by)
     read_version = table.version()
@@ -365,13 +366,23 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
     return layout
 
 
-def _check_spark_can_rewrite(spark: SparkSession, shape: TableShape, uri: str) -> None:
-    """Refuse what only Spark's reader and writer cannot do (``staging="spark"``).
+def _check_spark_can_rewrite(
+    spark: SparkSession, shape: TableShape, location: TableLocation
+) -> None:
+    """Refuse what only Spark's reader and writer cannot do (``staging="spark"``); on S3,
+    configure Spark's s3a from the table's options (see ``_s3a``).
 
     Raises:
         ConfigurationError: Spark cannot write the table's storage, or the table has NOT NULL
             fields inside structs.
     """
+    uri = location.uri
+    problem = prepare_s3a(spark, location) if location.is_s3 else None
+    if problem:
+        raise ConfigurationError(
+            f"compaction with staging='spark' cannot rewrite {uri}: {problem}. Use "
+            "staging='arrow' or 'auto' (Python tasks rewrite the files)."
+        )
     if not hadoop_can_write(spark.range(0), uri):
         raise ConfigurationError(
             f"compaction with staging='spark' rewrites files with Spark's own Parquet reader "

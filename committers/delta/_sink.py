@@ -30,6 +30,7 @@ from committers.delta._options import (
 )
 from committers.delta._replace_where import ReplaceWhere, with_replace_where
 from committers.delta._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
+from committers.delta._s3a import prepare_s3a
 from committers.delta._s3safety import verify_conditional_put
 from committers.delta._schema import (
     SINK_SPELLING,
@@ -372,7 +373,21 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 "without hadoop-aws, say). Use a URI Spark can write (s3a:// with hadoop-aws "
                 "on the classpath), or delta-rs's DeltaTable.merge()."
             )
+        self._check_upsert_reaches_s3(session)
         return session
+
+    def _check_upsert_reaches_s3(self, session: SparkSession) -> None:
+        """On S3, configure Spark's s3a from the table's options (see ``_s3a``).
+
+        Raises:
+            ConfigurationError: Spark's s3a cannot reach the table as delta-rs does.
+        """
+        problem = prepare_s3a(session, self.location) if self.location.is_s3 else None
+        if problem:
+            raise ConfigurationError(
+                f"mode='upsert' rewrites files with Spark's own Parquet reader and writer, "
+                f"which cannot reach {self.location.uri} here: {problem}."
+            )
 
     def _plan_upsert(
         self, session: SparkSession, schema: pa.Schema, table: DeltaTable | None
@@ -429,6 +444,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     "Spark has no Hadoop file system for this URI here. Use a URI Spark can "
                     "write, or delta-rs's DeltaTable.merge()."
                 )
+            self._check_upsert_reaches_s3(df.sparkSession)
             return UpsertStager(
                 self.location, plan, self._upsert, self.options, self._bytes_per_row, self.staging
             )
@@ -441,6 +457,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             # Spark writes such a field as optional, with nulls under null parents, and
             # deltalake's pyarrow reader then refuses the file.
             problem = "the table has NOT NULL fields inside structs"
+        elif self.location.is_s3 and not is_connect_dataframe(df):
+            problem = prepare_s3a(df.sparkSession, self.location)
         elif not hadoop_can_write(df, self.location.uri):
             problem = (
                 "Spark has no Hadoop file system for this URI here (or this is a Spark "
