@@ -9,13 +9,17 @@ import sys
 import time
 
 
-def spark_session(app_name: str):
+def spark_session(app_name: str, configs: dict[str, str] | None = None):
+    """The benchmarks' local[2] SparkSession, with ``configs`` added."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    for key, value in (configs or {}).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
