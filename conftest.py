@@ -10,19 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from committers.delta import DeltaSink
-from committers.tests._jars import fetched_jars
+from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars
 from committers.tests._streaming_driver import STAGING_VARIABLE
 from integration_tests._s3server import S3Server, s3_server
 
 _S3_SERVERS_USED: list[str] = []
-
-# delta-spark beside the sink, in the session's one JVM (its jars come from `make jars`).
-DELTA_SPARK_CONFIGS = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    # delta-spark rebuilds a snapshot's state in 50 partitions by default: 2 cores here.
-    "spark.databricks.delta.snapshotPartitions": "2",
-}
 
 
 _JARS, _JARS_MISSING = fetched_jars()

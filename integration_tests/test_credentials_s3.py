@@ -108,7 +108,10 @@ def test_keys_set_after_spark_started_fail_clearly(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", table.server.secret_key)
     options = {k: v for k, v in table.options.items() if not k.startswith("AWS_SECRET")}
     del options["AWS_ACCESS_KEY_ID"]
-    sink = TwoPhaseSink(DeltaSink(table.uri, app_id="late-keys", storage_options=options))
+    # The Python writers (Spark's writer in the driver's JVM is handed the driver's keys).
+    sink = TwoPhaseSink(
+        DeltaSink(table.uri, app_id="late-keys", storage_options=options, staging="arrow")
+    )
     with pytest.raises(ConfigurationError) as caught:
         sink.write(df)
     message = str(caught.value)

@@ -167,3 +167,23 @@ def test_keys_from_the_environment_reach_s3a(
 
 
 _KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def test_an_s3a_file_system_built_with_other_settings_is_refused(spark, s3) -> None:  # type: ignore[no-untyped-def]
+    """Hadoop reuses the S3A file system it built for a bucket whatever later jobs configure:
+    one built before the sink configured the bucket, for another endpoint, is refused."""
+    bucket = s3.create_bucket()
+    table = S3Table(s3, f"s3://{bucket}/t", s3.storage_options())
+    jvm = spark._jvm
+    conf = jvm.org.apache.hadoop.conf.Configuration(spark.sparkContext._jsc.hadoopConfiguration())
+    conf.set(f"fs.s3a.bucket.{bucket}.endpoint", "http://127.0.0.1:9")
+    elsewhere = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI(f"s3a://{bucket}/"), conf)
+    try:
+        sink = DeltaSink(table.uri, app_id="cached", **table.sink_kwargs(staging="spark"))
+        with pytest.raises(ConfigurationError, match="already holds an S3A file system") as caught:
+            TwoPhaseSink(sink).write(_rows(spark, 10))
+        assert "fs.s3a.endpoint" in str(caught.value)
+        table.assert_nothing_written()
+    finally:
+        elsewhere.close()
+        s3.delete_bucket(bucket)

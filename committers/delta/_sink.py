@@ -139,7 +139,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             stay in the JVM; fastest); ``"arrow"``: the sink's Python writers in
             ``mapInArrow`` tasks, through fsspec; ``"auto"`` (default): ``"spark"`` where
             Spark's Hadoop file system can write the table's URI (a local path always,
-            another scheme if its Hadoop FileSystem class loads) and the table does not use
+            another scheme if its Hadoop FileSystem class loads: ``s3://`` as ``s3a://``
+            with hadoop-aws, configured from ``storage_options``) and the table does not use
             column mapping, ``"arrow"`` otherwise. Both give the same guarantees. With
             ``mode="upsert"``: Spark writes the new rows, and with ``"auto"`` Python tasks
             rewrite the touched files' kept rows (``"spark"``: Spark does, ``"arrow"`` is

@@ -7,6 +7,14 @@ import importlib.util
 import sys
 from pathlib import Path
 
+# delta-spark beside the sink, in the session's one JVM (its jars come from `make jars`).
+DELTA_SPARK_CONFIGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # delta-spark rebuilds a snapshot's state in 50 partitions by default: 2 cores here.
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
 _TOOL = Path(__file__).resolve().parents[2] / "tools" / "jars.py"
 
 
