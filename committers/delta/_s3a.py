@@ -36,8 +36,11 @@ the same bucket with the old file system would fail (and not commit).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -144,9 +147,23 @@ def prepare_s3a(spark: SparkSession, location: TableLocation) -> str | None:
         if problem:
             return problem
     settings = s3a_settings(location, credentials)
-    replaced = _set_bucket_settings(spark, location, settings)
-    _check_cached_filesystem(spark, location, settings, close=replaced)
+    with _py4j_quiet():
+        replaced = _set_bucket_settings(spark, location, settings)
+        _check_cached_filesystem(spark, location, settings, close=replaced)
     return None
+
+
+@contextlib.contextmanager
+def _py4j_quiet() -> Iterator[None]:
+    """py4j logs every command and answer it exchanges with the JVM at DEBUG, the secrets
+    this module sets and reads included: above DEBUG while they cross."""
+    logger = logging.getLogger("py4j")
+    level = logger.level
+    logger.setLevel(max(logging.INFO, logger.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _jvm_environment_differs(
