@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import QUIET_LOAD, machine, median, rows_df, spark_session
+from _common import QUIET_LOAD, median, print_sides, quiet_enough, rows_df, spark_session
 
 from committers.delta import DeltaSink, read_table, register
 from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars
@@ -94,17 +94,10 @@ def report(
     force: bool,
 ) -> None:
     """Medians and runs, then ``theirs / ours`` for each pair, if the machine was quiet."""
-    width = max(map(len, times)) + 2
     print(f"\n== {title}")
-    print(f"{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
-    for name, values in times.items():
-        runs = ", ".join(f"{v:.2f}" for v in values)
-        print(f"{name:{width}} {median(values):8.2f}s  runs: {runs}")
-    if load_before > QUIET_LOAD and not force:
-        print(
-            f"WARNING: load average {load_before:.2f} >= {QUIET_LOAD}: ratios not printed and "
-            "these times are not to be recorded; rerun on a quiet machine (or --force)."
-        )
+    print_sides(times, None, "", load_before)
+    if not quiet_enough(load_before, force):
+        print("WARNING: these times are not to be recorded.")
         return
     marked = " (forced on a loaded machine: do not record)" if load_before > QUIET_LOAD else ""
     for theirs, ours in ratios:
