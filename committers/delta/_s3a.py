@@ -71,6 +71,11 @@ _CHAIN_ENVIRONMENT = ("AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_
 # Settings whose global (not per-bucket) value, set by the user, must agree with the table's.
 _CHECKED_GLOBALLY = ("endpoint", "access.key")
 _MARKER = "spark.sparksink.s3a.bucket.{bucket}"
+# What a bucket's S3A file system is recognised by (endpoint and identity).
+_IDENTITY = ("endpoint", "access.key", "aws.credentials.provider")
+# Per bucket, the identity of the S3A file system this process's JVM last built with settings
+# of this module (Hadoop's cache of file systems is per JVM, not per session).
+_CONFIGURED: dict[str, str] = {}
 
 
 def s3a_settings(location: TableLocation, credentials: ResolvedCredentials) -> dict[str, str]:
@@ -148,8 +153,8 @@ def prepare_s3a(spark: SparkSession, location: TableLocation) -> str | None:
             return problem
     settings = s3a_settings(location, credentials)
     with _py4j_quiet():
-        replaced = _set_bucket_settings(spark, location, settings)
-        _check_cached_filesystem(spark, location, settings, close=replaced)
+        _set_bucket_settings(spark, location, settings)
+        _check_cached_filesystem(spark, location, settings)
     return None
 
 
@@ -188,9 +193,9 @@ def _jvm_environment_differs(
 
 def _set_bucket_settings(
     spark: SparkSession, location: TableLocation, settings: dict[str, str]
-) -> bool:
-    """Put ``settings`` under the bucket's prefix in ``spark``'s configuration; whether
-    settings this module made earlier (other credentials) were replaced.
+) -> None:
+    """Put ``settings`` under the bucket's prefix in ``spark``'s configuration (replacing
+    those this module made earlier, e.g. with other credentials).
 
     Raises:
         ConfigurationError: the user set one of them (or a checked global one) otherwise.
@@ -224,11 +229,10 @@ def _set_bucket_settings(
             "configuration, or make the storage options name the same endpoint and keys."
         )
     if in_session == settings:
-        return False
+        return
     for name, value in settings.items():
         spark.conf.set(prefix + name, value)
     spark.conf.set(marker, f"{','.join(sorted(settings))}:{_fingerprint(settings)}")
-    return set_by_us
 
 
 def _made_by_us(marker: str | None, conf: Any, prefix: str) -> bool:
@@ -242,10 +246,12 @@ def _made_by_us(marker: str | None, conf: Any, prefix: str) -> bool:
 
 
 def _check_cached_filesystem(
-    spark: SparkSession, location: TableLocation, settings: dict[str, str], close: bool
+    spark: SparkSession, location: TableLocation, settings: dict[str, str]
 ) -> None:
     """Hadoop builds one S3A file system per bucket and JVM and reuses it, whatever the
-    configuration of later jobs: the one this JVM holds must use ``settings``.
+    configuration of later jobs: the one this JVM holds must use ``settings``. One built
+    with settings this module made earlier in this process (in any session of its JVM) is
+    closed, so that the next use builds one with ``settings``.
 
     Raises:
         ConfigurationError: it was built earlier with another endpoint or identity, by a
@@ -257,10 +263,12 @@ def _check_cached_filesystem(
     uri = jvm.java.net.URI(f"{S3A_SCHEME}://{location.bucket}/")
     filesystem = jvm.org.apache.hadoop.fs.FileSystem.get(uri, hadoop)
     differs = _differing(filesystem.getConf(), settings)
-    if differs and close:
-        filesystem.close()  # built with the keys we replaced: the next use builds a new one
+    if differs and _CONFIGURED.get(location.bucket) == _identity_of(filesystem.getConf()):
+        filesystem.close()  # built with what we configured before: the next use builds anew
         filesystem = jvm.org.apache.hadoop.fs.FileSystem.get(uri, hadoop)
         differs = _differing(filesystem.getConf(), settings)
+    if not differs:
+        _CONFIGURED[location.bucket] = _identity_of(filesystem.getConf())
     if differs:
         raise ConfigurationError(
             f"Spark already holds an S3A file system for bucket {location.bucket!r} built "
@@ -274,9 +282,14 @@ def _check_cached_filesystem(
 def _differing(conf: Any, settings: dict[str, str]) -> list[str]:
     return [
         "fs.s3a." + name
-        for name in ("endpoint", "access.key", "aws.credentials.provider")
+        for name in _IDENTITY
         if name in settings and (conf.get("fs.s3a." + name) or "") != settings[name]
     ]
+
+
+def _identity_of(conf: Any) -> str:
+    """A digest of the endpoint and identity an S3A file system's configuration names."""
+    return _fingerprint({name: conf.get("fs.s3a." + name) or "" for name in _IDENTITY})
 
 
 def _fingerprint(settings: dict[str, str]) -> str:
