@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BOOTSTRAP := sh tools/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 
-.PHONY: demo test lint typecheck unit prereqs bench campaign clean runtime-venv dev-venv jars
+.PHONY: demo test lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars
 
 prereqs:
 	@sh tools/check-prereqs.sh "$(PYTHON)"
@@ -52,6 +52,13 @@ bench: dev-venv
 	$(PY) benchmarks/s3_staging.py
 	$(PY) benchmarks/async_writer_overhead.py
 	$(PY) benchmarks/async_congestion.py
+
+# The sink against delta-spark (benchmarks/vs_delta_spark.py), side by side in one session: the
+# bounded append, streaming, upserts into 1M/10M/30M rows (MERGE with deletion vectors off and
+# on), compaction vs OPTIMIZE, scans, and appends on S3 through s3a. Needs `make jars`. Ratios
+# are printed only on a quiet machine (1-minute load average <= 0.5).
+bench-delta-spark: dev-venv jars
+	$(PY) benchmarks/vs_delta_spark.py all
 
 # The crash-point campaign (docs/reliability.md): SEED picks the kill plan, CYCLES the killed runs,
 # STAGING auto|spark|arrow|mixed, SOURCE json|delta (JSON files, or a Delta table read by the

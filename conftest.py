@@ -3,44 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from committers.delta import DeltaSink
+from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars
+from committers.tests._streaming_driver import STAGING_VARIABLE
 from integration_tests._s3server import S3Server, s3_server
 
 _S3_SERVERS_USED: list[str] = []
 
-# delta-spark beside the sink, in the session's one JVM (its jars come from `make jars`).
-DELTA_SPARK_CONFIGS = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    # delta-spark rebuilds a snapshot's state in 50 partitions by default: 2 cores here.
-    "spark.databricks.delta.snapshotPartitions": "2",
-}
 
-
-def _fetched_jars() -> tuple[list[str], str | None]:
-    """The delta-spark and hadoop-aws jars `make jars` cached for the installed pyspark, or
-    the reason they are missing (what to run)."""
-    spec = importlib.util.spec_from_file_location(
-        "_sparksink_jars", Path(__file__).parent / "tools" / "jars.py"
-    )
-    assert spec is not None and spec.loader is not None
-    jars = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = jars  # dataclasses look their module up there
-    spec.loader.exec_module(jars)
-    try:
-        return [str(jar) for jar in jars.cached_jars(jars.installed_jar_set())], None
-    except jars.JarsError as missing:
-        return [], str(missing)
-
-
-_JARS, _JARS_MISSING = _fetched_jars()
+_JARS, _JARS_MISSING = fetched_jars()
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +82,16 @@ def connect(spark):
     session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["spark", "arrow"])
+def each_staging(request, monkeypatch):
+    """Run the test once per staging strategy: every DeltaSink built in this process without
+    an explicit ``staging`` uses ``request.param``, and so does the streaming driver run as a
+    subprocess."""
+    monkeypatch.setitem(DeltaSink.__init__.__kwdefaults__, "staging", request.param)
+    monkeypatch.setenv(STAGING_VARIABLE, request.param)
+    return request.param
 
 
 @pytest.fixture(scope="session")

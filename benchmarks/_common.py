@@ -9,13 +9,17 @@ import sys
 import time
 
 
-def spark_session(app_name: str):
+def spark_session(app_name: str, configs: dict[str, str] | None = None):
+    """The benchmarks' local[2] SparkSession, with ``configs`` added."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    for key, value in (configs or {}).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -61,16 +65,21 @@ QUIET_LOAD = 0.5
 
 
 def print_sides(
-    times: dict[str, list[float]], notes: dict[str, str], notes_header: str, load_before: float
+    times: dict[str, list[float]],
+    notes: dict[str, str] | None,
+    notes_header: str,
+    load_before: float,
 ) -> None:
     """The machine and the load before the run, then each side's median and runs, with its
-    note."""
+    note (if ``notes``)."""
     width = max(map(len, times)) + 2
     print(f"\n{machine()}, Spark local[2]; 1-minute load average before: {load_before:.2f}")
-    print(f"{'':{width}} {'median':>8}  runs (s)  ({notes_header})")
+    header = f"  ({notes_header})" if notes else ""
+    print(f"{'':{width}} {'median':>8}  runs (s){header}")
     for name, values in times.items():
         runs = ", ".join(f"{v:.2f}" for v in values)
-        print(f"{name:{width}} {median(values):7.2f}s  {runs}  ({notes[name]})")
+        note = f"  ({notes[name]})" if notes else ""
+        print(f"{name:{width}} {median(values):7.2f}s  {runs}{note}")
 
 
 def quiet_enough(load_before: float, force: bool) -> bool:

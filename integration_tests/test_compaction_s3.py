@@ -1,5 +1,6 @@
-"""Compaction of a table on S3 by Python tasks: Spark here has no Hadoop file system for
-``s3://`` (no hadoop-aws), yet the small files are rewritten and committed once, cleanly."""
+"""Compaction of a table on S3, by Python tasks (``staging="auto"``) and by Spark's reader and
+writer through ``s3a://`` (``staging="spark"``): the small files are rewritten and committed
+once, cleanly."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import pytest
 from deltalake import write_deltalake
 
 from committers.delta import DeltaSink
-from framework.errors import ConfigurationError
 from integration_tests._s3helpers import S3Table
 
 MIB = 1024 * 1024
 
 
-def test_small_files_on_s3_are_compacted_in_python_tasks(spark, table: S3Table) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("staging", ["auto", "spark"])
+def test_small_files_on_s3_are_compacted(spark, table: S3Table, staging: str) -> None:  # type: ignore[no-untyped-def]
     for n in range(4):
         rows = pa.table(
             {
@@ -25,10 +26,8 @@ def test_small_files_on_s3_are_compacted_in_python_tasks(spark, table: S3Table) 
         write_deltalake(
             table.uri, rows, mode="append", partition_by=["day"], storage_options=table.options
         )
-    with pytest.raises(ConfigurationError, match="Spark cannot write"):
-        DeltaSink(table.uri, **table.sink_kwargs(staging="spark")).compact(spark)
-
-    result = DeltaSink(table.uri, **table.sink_kwargs()).compact(spark, target_file_size=MIB)
+    sink = DeltaSink(table.uri, **table.sink_kwargs(staging=staging))
+    result = sink.compact(spark, target_file_size=MIB)
 
     assert (result.files_removed, result.files_added, result.rows) == (8, 2, 40)
     assert table.ids() == list(range(40))

@@ -42,6 +42,7 @@ def _put_with(proxy: FaultProxy, table: S3Table, key: tuple[str, str]) -> None:
     client.put_object(Bucket=table.bucket, Key=f"probe-{key[0]}", Body=b"x")
 
 
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_expiring_keys_are_renewed_under_a_running_query(table: S3Table, tmp_path: Path) -> None:
     """A streaming query outlives several short-lived keys: the driver's long-lived committer
     handle and the executors' uploads renew them, and every row lands exactly once."""
@@ -107,7 +108,10 @@ def test_keys_set_after_spark_started_fail_clearly(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", table.server.secret_key)
     options = {k: v for k, v in table.options.items() if not k.startswith("AWS_SECRET")}
     del options["AWS_ACCESS_KEY_ID"]
-    sink = TwoPhaseSink(DeltaSink(table.uri, app_id="late-keys", storage_options=options))
+    # The Python writers (Spark's writer in the driver's JVM is handed the driver's keys).
+    sink = TwoPhaseSink(
+        DeltaSink(table.uri, app_id="late-keys", storage_options=options, staging="arrow")
+    )
     with pytest.raises(ConfigurationError) as caught:
         sink.write(df)
     message = str(caught.value)

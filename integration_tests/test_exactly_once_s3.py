@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_bounded_write(spark, table: S3Table, caplog: pytest.LogCaptureFixture) -> None:
     df = spark.range(0, 3000, numPartitions=3).selectExpr("id", "cast(id % 3 as string) as day")
     sink = TwoPhaseSink(
@@ -54,6 +55,7 @@ def test_bounded_write(spark, table: S3Table, caplog: pytest.LogCaptureFixture) 
     assert serializer.version == 1
 
 
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_replayed_batch_after_commit_is_skipped(spark, table: S3Table, tmp_path: Path) -> None:
     src, chk = make_source(tmp_path, 3), tmp_path / "chk"
     sink = TwoPhaseSink(
@@ -78,6 +80,7 @@ def test_replayed_batch_after_commit_is_skipped(spark, table: S3Table, tmp_path:
     table.assert_no_orphans()
 
 
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_driver_killed_between_staging_and_commit(table: S3Table, tmp_path: Path) -> None:
     src, chk = make_source(tmp_path, 2), str(tmp_path / "chk")
     command = [sys.executable, "-m", "integration_tests._s3_driver", str(src), table.uri, chk]
@@ -127,6 +130,7 @@ def test_failed_task_attempt_files_are_removed(spark, table: S3Table, tmp_path: 
     table.assert_no_orphans()
 
 
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_two_app_ids_write_one_table_concurrently(spark, table: S3Table, tmp_path: Path) -> None:
     queries = []
     for app, start in (("app-a", 0), ("app-b", 500)):

@@ -47,6 +47,7 @@ def test_the_fault_sequence_holds_every_kind_early() -> None:
         assert core.draw("HEAD", "/b/k") is None  # other methods are never faulted
 
 
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_streaming_job_survives_ten_percent_faults(spark, table: S3Table, tmp_path: Path) -> None:
     src = make_source(tmp_path, files=4, per_file=50)
     expected = list(range(200))

@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
 from committers.delta.commit._vacuum import vacuum_table
+from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._spark_staging import SparkParquetStager, hadoop_can_write
 from committers.delta.spark._upsert import UpsertStager
 from committers.delta.spark._upsert_plan import (
@@ -147,7 +148,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             stay in the JVM; fastest); ``"arrow"``: the sink's Python writers in
             ``mapInArrow`` tasks, through fsspec; ``"auto"`` (default): ``"spark"`` where
             Spark's Hadoop file system can write the table's URI (a local path always,
-            another scheme if its Hadoop FileSystem class loads) and the table does not use
+            another scheme if its Hadoop FileSystem class loads: ``s3://`` as ``s3a://``
+            with hadoop-aws, configured from ``storage_options``) and the table does not use
             column mapping, ``"arrow"`` otherwise. Both give the same guarantees. With
             ``mode="upsert"``: Spark writes the new rows, and with ``"auto"`` Python tasks
             rewrite the touched files' kept rows (``"spark"``: Spark does, ``"arrow"`` is
@@ -406,7 +408,21 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 "without hadoop-aws, say). Use a URI Spark can write (s3a:// with hadoop-aws "
                 "on the classpath), or delta-rs's DeltaTable.merge()."
             )
+        self._check_upsert_reaches_s3(session)
         return session
+
+    def _check_upsert_reaches_s3(self, session: SparkSession) -> None:
+        """On S3, configure Spark's s3a from the table's options (see ``_s3a``).
+
+        Raises:
+            ConfigurationError: Spark's s3a cannot reach the table as delta-rs does.
+        """
+        problem = prepare_s3a(session, self.location) if self.location.is_s3 else None
+        if problem:
+            raise ConfigurationError(
+                f"mode='upsert' rewrites files with Spark's own Parquet reader and writer, "
+                f"which cannot reach {self.location.uri} here: {problem}."
+            )
 
     def _plan_upsert(
         self, session: SparkSession, schema: pa.Schema, table: DeltaTable | None
@@ -464,6 +480,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     "write, or delta-rs's DeltaTable.merge()."
                 )
             committer = self._committer
+            self._check_upsert_reaches_s3(df.sparkSession)
             return UpsertStager(
                 self.location,
                 plan,
@@ -482,6 +499,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             # Spark writes such a field as optional, with nulls under null parents, and
             # deltalake's pyarrow reader then refuses the file.
             problem = "the table has NOT NULL fields inside structs"
+        elif self.location.is_s3 and not is_connect_dataframe(df):
+            problem = prepare_s3a(df.sparkSession, self.location)
         elif not hadoop_can_write(df, self.location.uri):
             problem = (
                 "Spark has no Hadoop file system for this URI here (or this is a Spark "

@@ -13,16 +13,22 @@ SOURCE_SCHEMA = "id LONG, day STRING"
 
 
 def driver_session():
-    """The local[2] SparkSession of a test driver run as its own process."""
+    """The local[2] SparkSession of a test driver run as its own process; with the jars of
+    `make jars` (hadoop-aws: Spark's staging on S3) when they were fetched."""
     from pyspark.sql import SparkSession
 
-    spark = (
+    from committers.tests._jars import fetched_jars
+
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    jars, _ = fetched_jars()
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

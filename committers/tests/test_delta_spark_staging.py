@@ -157,7 +157,8 @@ def test_auto_chooses_spark_for_local_tables_and_arrow_where_spark_cannot(spark,
     df = spark.range(3).selectExpr("id")
     assert hadoop_can_write(df, str(tmp_path))
     assert hadoop_can_write(df, f"file://{tmp_path}")
-    assert not hadoop_can_write(df, "s3://bucket/table")  # no hadoop-aws here
+    assert hadoop_can_write(df, "s3://bucket/table")  # as s3a://, hadoop-aws from make jars
+    assert not hadoop_can_write(df, "gs://bucket/table")  # no GCS connector here
 
     local = DeltaSink(str(tmp_path / "local"))
     local.prepare(_schema(df))

@@ -59,6 +59,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta.spark._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
+from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._scan import grouped_rows, scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
@@ -242,7 +243,7 @@ def compact_table(
     shape = TableShape.of_table(table)
     layout = _check_compactable(shape, table, location.uri)
     if staging == "spark":
-        _check_spark_can_rewrite(spark, shape, location.uri)
+        _check_spark_can_rewrite(spark, shape, location)
     partition_by = shape.partition_by
     filters = _check_partition_filter(partition_filter, partition_by)
     read_version = table.version()
@@ -362,13 +363,23 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
     return layout
 
 
-def _check_spark_can_rewrite(spark: SparkSession, shape: TableShape, uri: str) -> None:
-    """Refuse what only Spark's reader and writer cannot do (``staging="spark"``).
+def _check_spark_can_rewrite(
+    spark: SparkSession, shape: TableShape, location: TableLocation
+) -> None:
+    """Refuse what only Spark's reader and writer cannot do (``staging="spark"``); on S3,
+    configure Spark's s3a from the table's options (see ``_s3a``).
 
     Raises:
         ConfigurationError: Spark cannot write the table's storage, or the table has NOT NULL
             fields inside structs.
     """
+    uri = location.uri
+    problem = prepare_s3a(spark, location) if location.is_s3 else None
+    if problem:
+        raise ConfigurationError(
+            f"compaction with staging='spark' cannot rewrite {uri}: {problem}. Use "
+            "staging='arrow' or 'auto' (Python tasks rewrite the files)."
+        )
     if not hadoop_can_write(spark.range(0), uri):
         raise ConfigurationError(
             f"compaction with staging='spark' rewrites files with Spark's own Parquet reader "

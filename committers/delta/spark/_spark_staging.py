@@ -72,7 +72,7 @@ def hadoop_can_write(df: DataFrame, uri: str) -> bool:
     DataFrame) and Spark's Hadoop layer has a FileSystem class for ``uri``'s scheme."""
     if is_connect_dataframe(df):
         return False
-    scheme = uri.split("://", 1)[0] if "://" in uri else "file"
+    scheme = spark_uri(uri).split("://", 1)[0]
     return scheme == "file" or hadoop_has_filesystem(df.sparkSession, scheme)
 
 
@@ -89,7 +89,10 @@ def hadoop_has_filesystem(spark: SparkSession, scheme: str) -> bool:
 
 
 def spark_uri(uri: str) -> str:
-    """``uri`` as Spark's file sources take it: a local path becomes a ``file://`` URL."""
+    """``uri`` as Spark's file sources take it: a local path becomes a ``file://`` URL, an
+    ``s3://`` URL the same objects through Hadoop's S3A file system (``s3a://``)."""
+    if uri.startswith("s3://"):
+        return "s3a://" + uri[len("s3://") :]
     return uri if "://" in uri else f"file://{uri}"
 
 

@@ -1,0 +1,32 @@
+"""The delta-spark and hadoop-aws jars `make jars` cached (``tools/jars.py``), for the test
+session and for test drivers run as their own processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+# delta-spark beside the sink, in the session's one JVM (its jars come from `make jars`).
+DELTA_SPARK_CONFIGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # delta-spark rebuilds a snapshot's state in 50 partitions by default: 2 cores here.
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+_TOOL = Path(__file__).resolve().parents[2] / "tools" / "jars.py"
+
+
+def fetched_jars() -> tuple[list[str], str | None]:
+    """The delta-spark and hadoop-aws jars `make jars` cached for the installed pyspark, or
+    the reason they are missing (what to run)."""
+    spec = importlib.util.spec_from_file_location("_sparksink_jars", _TOOL)
+    assert spec is not None and spec.loader is not None
+    jars = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = jars  # dataclasses look their module up there
+    spec.loader.exec_module(jars)
+    try:
+        return [str(jar) for jar in jars.cached_jars(jars.installed_jar_set())], None
+    except jars.JarsError as missing:
+        return [], str(missing)
