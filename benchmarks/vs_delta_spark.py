@@ -315,8 +315,8 @@ class Bench:
         report(f"full scan of {self.args.rows} rows", times, pairs, load, self.args.force)
 
     def s3(self) -> None:
-        from committers.delta._s3a import prepare_s3a
-        from committers.delta._storage import TableLocation
+        from committers.delta.spark._s3a import prepare_s3a
+        from committers.delta.storage._storage import TableLocation
 
         from integration_tests._s3server import s3_server
 

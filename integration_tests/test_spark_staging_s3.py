@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 import pytest
-from committers.delta._spark_staging import RUN_DIR_PREFIX
+from committers.delta.spark._spark_staging import RUN_DIR_PREFIX
 
 from committers.delta import DeltaSink
 from committers.tests._delta_spark import comparable
