@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from deltalake import DeltaTable
 
 from committers.delta.storage._storage import TableLocation
-from framework._crash import crash_point
+from framework.connector import crash_point
 
 __all__ = ["DEFAULT_CHECKPOINT_INTERVAL", "LogMaintenance"]
 
