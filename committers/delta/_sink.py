@@ -360,15 +360,18 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         # The committer created next starts from this handle: a (re)start opens the table once.
         self._opened = None if table is None else (table, credentials)
         self._bytes_per_row = None if table is None else _bytes_per_row(table)
+        existing = None if table is None else TableShape.of_table(table)
         if session is not None:
+            if existing is not None:  # a feature we cannot honour first, then the input
+                existing.features.check_writable(self.location.uri)
             self._upsert, schema = self._plan_upsert(session, schema, table)
-        if table is None:
+        if existing is None:
             spelled = {name.lower(): name for name in schema.names}  # names match ignoring case
             partition_by = [spelled.get(name.lower(), name) for name in self.partition_by]
             check_partition_columns(schema, partition_by, self.option_spelling)
             shape = TableShape.for_new_table(schema, partition_by)
         else:
-            shape = TableShape.of_table(table)
+            shape = existing
             table_partitioning = [name.lower() for name in shape.partition_by]
             if self.partition_by and table_partitioning != [n.lower() for n in self.partition_by]:
                 option = self.option_spelling.partition_by

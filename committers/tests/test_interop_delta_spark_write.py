@@ -222,7 +222,11 @@ def test_nested_not_null_holds_only_under_a_present_parent(delta_spark, tmp_path
             uri, spark.sql("SELECT 1L AS id, named_struct('a', CAST(NULL AS INT), 'b', 'x') AS s")
         )
     _append(uri, spark.sql("SELECT 2L AS id, CAST(NULL AS STRUCT<a: INT, b: STRING>) AS s"))
-    assert assert_all_read(spark, uri) == [{"id": 2, "s": None}]
+    expected = [{"id": 2, "s": None}]
+    # Read by rows: pyspark's toArrow cannot convert a null struct whose field is NOT NULL.
+    by_spark = spark.read.format("delta").load(uri).collect()
+    assert [row.asDict(recursive=True) for row in by_spark] == expected
+    assert delta_rs_rows(uri) == comparable(duckdb_rows(uri)) == expected
 
 
 def test_char_and_varchar_lengths_are_enforced(delta_spark, tmp_path):
