@@ -599,7 +599,7 @@ def test_tables_written_through_spark_show_the_bounded_app_ids(spark, tmp_path, 
     assert main(["inspect", uri]) == 0
     text = capsys.readouterr().out
     assert "App ids (2;" in text
-    assert re.search(r"\n +3 +\S+ \S+ UTC +WRITE +- +4 +2 ", text), text
+    assert re.search(r"\n +3 +\S+ \S+Z +WRITE +- +4 +2 ", text), text
 
 
 def test_s3_table_is_reached_with_settings_from_the_environment(s3: S3Server, bucket: str):
