@@ -317,7 +317,6 @@ class Bench:
     def s3(self) -> None:
         from committers.delta.spark._s3a import prepare_s3a
         from committers.delta.storage._storage import TableLocation
-
         from integration_tests._s3server import s3_server
 
         with s3_server() as server:

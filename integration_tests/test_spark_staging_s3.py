@@ -10,9 +10,9 @@ import logging
 from collections.abc import Callable, Iterator
 
 import pytest
-from committers.delta.spark._spark_staging import RUN_DIR_PREFIX
 
 from committers.delta import DeltaSink
+from committers.delta.spark._spark_staging import RUN_DIR_PREFIX
 from committers.tests._delta_spark import comparable
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError
