@@ -455,8 +455,8 @@ def test_inputs_an_upsert_cannot_apply_are_refused_before_anything_runs(spark, t
     floating = spark.createDataFrame([(1.5, "x")], "f double, name string")
     with pytest.raises(UnsupportedTypeError, match="key column 'f' is of type double"):
         TwoPhaseSink(DeltaSink(str(tmp_path / "new"), mode="upsert", keys=["f"])).write(floating)
-    with pytest.raises(ConfigurationError, match="Spark has no Hadoop file system for s3://"):
-        TwoPhaseSink(DeltaSink("s3://bucket/t", mode="upsert", keys=["id"])).write(changes)
+    with pytest.raises(ConfigurationError, match="Spark has no Hadoop file system for gs://"):
+        TwoPhaseSink(DeltaSink("gs://bucket/t", mode="upsert", keys=["id"])).write(changes)
     with pytest.raises(ConfigurationError, match=r"supports output modes \['append'\]"):
         TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"])).write_stream(
             spark.readStream.format("rate").load(),

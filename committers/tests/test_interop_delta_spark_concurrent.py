@@ -18,6 +18,7 @@ import pytest
 
 from committers.tests._delta_helpers import interfering
 from committers.tests._delta_spark import assert_all_read, comparable
+from committers.tests._log_races import race_before_write
 from committers.tests.test_interop_delta_spark_write import (
     ROWS,
     _append,
@@ -47,20 +48,16 @@ def _rows(*pairs: tuple[int, int]) -> list[dict]:
 
 
 def test_appends_from_both_land_once(delta_spark, tmp_path, monkeypatch):
-    """delta-spark's INSERT commits after the sink read the snapshot: appends never conflict,
-    so the sink's append lands on top of it (delta-rs rebases it) and both rows are there once;
-    delta-spark then appends on top of the sink's commit."""
+    """delta-spark's INSERT commits between the sink's probe of the log and its write of the
+    next version: appends never conflict, so the sink's put-if-absent loses, it reads the new
+    commit and lands on top of it; both rows are there once, and delta-spark then appends on
+    top of the sink's commit."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _create(spark, uri, ROWS, "INSERT INTO {t} VALUES (1, 1)")
-
-    def insert_by_delta_spark(call: int) -> None:
-        if call == 1:
-            spark.sql(f"INSERT INTO delta.`{uri}` VALUES (2, 2)")
-
-    calls = interfering(monkeypatch, insert_by_delta_spark)
+    race_before_write(monkeypatch, lambda: spark.sql(f"INSERT INTO delta.`{uri}` VALUES (2, 2)"))
     result = _append(uri, spark.createDataFrame([(3, 3)], ROWS))
-    assert len(calls) == 1 and result.version == 3
+    assert result.version == 3
     assert not _is_ours(_commit(uri, 2)) and _is_ours(_commit(uri, 3))
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (4, 4)")
     assert assert_all_read(spark, uri) == _rows((1, 1), (2, 2), (3, 3), (4, 4))
@@ -151,22 +148,21 @@ def test_our_upsert_against_delta_spark_delete(delta_spark, tmp_path, monkeypatc
 
 
 def test_delta_spark_merge_against_our_append(delta_spark, tmp_path, monkeypatch):
-    """delta-spark's MERGE commits after the sink's append read its snapshot: the append lands
-    on top, and MERGE's update and insert are kept."""
+    """delta-spark's MERGE commits between the sink's probe of the log and its write: a blind
+    append reads nothing MERGE changed, so it lands on top, and MERGE's update and insert are
+    kept."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _two_files(spark, uri)
-
-    def merge_by_delta_spark(call: int) -> None:
-        if call == 1:
-            spark.sql(
-                f"MERGE INTO delta.`{uri}` t USING (SELECT * FROM VALUES (1, 100), (50, 50) "
-                "AS s(id, v)) s "
-                "ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v "
-                "WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)"
-            )
-
-    interfering(monkeypatch, merge_by_delta_spark)
+    race_before_write(
+        monkeypatch,
+        lambda: spark.sql(
+            f"MERGE INTO delta.`{uri}` t USING (SELECT * FROM VALUES (1, 100), (50, 50) "
+            "AS s(id, v)) s "
+            "ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v "
+            "WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)"
+        ),
+    )
     result = _append(uri, spark.createDataFrame([(6, 6), (60, 60)], ROWS))
     assert _commit(uri, 3)["operation"] == "MERGE" and result.version == 4
     expected = [(1, 100), (2, 2), (3, 3), (4, 4), (6, 6), (50, 50), (60, 60)]

@@ -37,7 +37,7 @@ def start_driver(src: Path, table: str, checkpoint: Path, log: Path, pause_at: s
         env[PAUSE_VARIABLE] = pause_at
     command = [sys.executable, "-m", "committers.tests._campaign_driver"]
     return subprocess.Popen(
-        [*command, str(src), table, str(checkpoint), "auto", "0"],
+        [*command, str(src), table, str(checkpoint), "auto", "0", "json"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
