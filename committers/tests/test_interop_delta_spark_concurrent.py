@@ -193,8 +193,10 @@ def test_delta_spark_merge_that_read_before_our_append(delta_spark, tmp_path):
     def merge_by_delta_spark() -> None:
         try:
             spark.sql(
-                f"MERGE INTO delta.`{uri}` t USING (SELECT /*+ COALESCE(1) */ id, wait_for_gate(v) AS v FROM "
-                "VALUES (1, 100), (50, 50) AS s(id, v)) s ON t.id = s.id "
+                # One task holds the gate: the sink's append needs the other local core.
+                f"MERGE INTO delta.`{uri}` t USING (SELECT /*+ COALESCE(1) */ id, "
+                "wait_for_gate(v) AS v FROM VALUES (1, 100), (50, 50) AS s(id, v)) s "
+                "ON t.id = s.id "
                 "WHEN MATCHED THEN UPDATE SET v = s.v "
                 "WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)"
             )
