@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from committers.delta import DeltaSink
-from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars
+from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars, local_jar_configs
 from committers.tests._streaming_driver import STAGING_VARIABLE
 from integration_tests._s3server import S3Server, s3_server
 
@@ -48,8 +48,7 @@ def spark():
         .config("spark.connect.grpc.binding.port", "0")
     )
     if _JARS:
-        builder = builder.config("spark.jars", ",".join(_JARS))
-        for key, value in DELTA_SPARK_CONFIGS.items():
+        for key, value in {**local_jar_configs(_JARS), **DELTA_SPARK_CONFIGS}.items():
             builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

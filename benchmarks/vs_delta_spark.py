@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import QUIET_LOAD, median, print_sides, quiet_enough, rows_df, spark_session
 
 from committers.delta import DeltaSink, read_table, register
-from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars
+from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars, local_jar_configs
 from framework import TwoPhaseSink
 
 Side = Callable[[str], object]  # one run into the given fresh location
@@ -63,7 +63,7 @@ def delta_spark_session(app_name: str):  # type: ignore[no-untyped-def]
     jars, missing = fetched_jars()
     if missing:
         raise SystemExit(f"delta-spark is not available: {missing}")
-    extra = {"spark.jars": ",".join(jars), **DELTA_SPARK_CONFIGS}
+    extra = {**local_jar_configs(jars), **DELTA_SPARK_CONFIGS}
     return spark_session(app_name, extra)
 
 

@@ -4,6 +4,7 @@ session and for test drivers run as their own processes."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,16 @@ DELTA_SPARK_CONFIGS = {
 }
 
 _TOOL = Path(__file__).resolve().parents[2] / "tools" / "jars.py"
+
+
+def local_jar_configs(jars: list[str]) -> dict[str, str]:
+    """The settings that put ``jars`` on a local-mode session's class path.
+
+    Not ``spark.jars``: that copies every jar (about 700 MB with the AWS SDK bundle) into the
+    session's temporary directory, which a killed driver never deletes, so the crash tests
+    filled the disk. In local mode the executors run in the driver's JVM, so the driver's
+    class path is enough, and nothing is copied."""
+    return {"spark.driver.extraClassPath": os.pathsep.join(jars)} if jars else {}
 
 
 def fetched_jars() -> tuple[list[str], str | None]:

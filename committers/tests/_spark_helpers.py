@@ -17,7 +17,7 @@ def driver_session():
     `make jars` (hadoop-aws: Spark's staging on S3) when they were fetched."""
     from pyspark.sql import SparkSession
 
-    from committers.tests._jars import fetched_jars
+    from committers.tests._jars import fetched_jars, local_jar_configs
 
     builder = (
         SparkSession.builder.master("local[2]")
@@ -26,8 +26,8 @@ def driver_session():
         .config("spark.sql.shuffle.partitions", "2")
     )
     jars, _ = fetched_jars()
-    if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in local_jar_configs(jars).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
