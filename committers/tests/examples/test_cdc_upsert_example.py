@@ -15,7 +15,7 @@ from committers.tests._readers import duckdb_rows
 
 pytestmark = [pytest.mark.spark]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cdc_upsert.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cdc_upsert.py"
 
 
 def load_example() -> ModuleType:

@@ -22,7 +22,7 @@ from committers.tests._standalone_cluster import StandaloneCluster, standalone_c
 # Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("kills_processes")]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ROWS = 2000
 
 

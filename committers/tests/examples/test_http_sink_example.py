@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = [pytest.mark.spark]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "http_sink.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "http_sink.py"
 
 
 def load_example() -> ModuleType:

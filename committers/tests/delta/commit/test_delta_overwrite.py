@@ -198,7 +198,7 @@ def test_spark_and_pyarrow_evaluate_the_predicate_alike(spark, text) -> None:
 
 # -- on Spark ----------------------------------------------------------------------------------
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def _rows(spark, ids, day):

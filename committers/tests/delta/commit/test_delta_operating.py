@@ -34,7 +34,7 @@ from framework.errors import ConfigurationError
 
 pytestmark = [pytest.mark.spark]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def commit_infos(table: str) -> list[dict]:
@@ -297,7 +297,7 @@ def test_log_lines_with_the_default_logging_configuration(tmp_path):
     """Warnings show without any set-up; one setLevel shows one INFO line per batch naming
     the table and version; once the application configures logging, lines go only there."""
     table = str(tmp_path / "t")
-    driver = Path(__file__).with_name("_logging_driver.py")
+    driver = Path(__file__).resolve().parents[2] / "_logging_driver.py"
     done = subprocess.run(
         [sys.executable, str(driver), table],
         capture_output=True,

@@ -44,7 +44,7 @@ from framework.errors import (
 
 pytestmark = [pytest.mark.spark]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 CHANGES = "id long, name string, ts long, op string"
 
 
@@ -883,7 +883,7 @@ def test_spark_and_pyarrow_order_a_change_against_the_stored_row_alike(spark) ->
     """The rule of test_upsert_touched.py's cases, evaluated by Spark (the kept rows of
     ``staging="spark"`` and of large batches, the Spark join's count)."""
     from committers.delta.spark._upsert import _DELETE, _applies, _sequence, _stored
-    from committers.tests.test_upsert_touched import APPLIES_CASES, APPLIES_NAN_CASES
+    from committers.tests.delta.spark.test_upsert_touched import APPLIES_CASES, APPLIES_NAN_CASES
 
     for cases, kind in ((APPLIES_CASES, "long"), (APPLIES_NAN_CASES, "double")):
         for width in sorted({len(stored) for stored, *_ in cases}):

@@ -23,7 +23,12 @@ from framework.asyncsink import (
 )
 from framework.errors import DeliveryError, FatalDeliveryError
 from framework.sink import Epoch, WriterContext
-from framework.tests.test_asyncsink_writer import ScriptedWriter, config, poison_aware, records
+from framework.tests.asyncsink.test_asyncsink_writer import (
+    ScriptedWriter,
+    config,
+    poison_aware,
+    records,
+)
 
 CONTEXT = WriterContext(
     epoch=Epoch(app_id="orders", epoch_id=7, writer_identity="query-1", run_id="run-1"),

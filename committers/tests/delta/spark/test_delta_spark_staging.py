@@ -30,7 +30,7 @@ from framework.errors import ConfigurationError
 
 pytestmark = pytest.mark.spark
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def _write(table: str, df, **kwargs):

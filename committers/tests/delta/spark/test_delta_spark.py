@@ -35,7 +35,7 @@ from framework.errors import CheckpointResetError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("each_staging")]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_replayed_batch_after_commit_is_skipped(spark, tmp_path):

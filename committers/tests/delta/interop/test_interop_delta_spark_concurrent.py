@@ -19,7 +19,7 @@ import pytest
 from committers.tests._delta_helpers import interfering
 from committers.tests._delta_spark import assert_all_read, comparable
 from committers.tests._log_races import race_before_write
-from committers.tests.test_interop_delta_spark_write import (
+from committers.tests.delta.interop.test_interop_delta_spark_write import (
     ROWS,
     _append,
     _create,

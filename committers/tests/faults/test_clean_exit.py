@@ -21,7 +21,7 @@ from committers.delta.table import _shutdown
 
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 RUNS = 20
 AT_ONCE = 2
 FILES_PER_TABLE = 16  # each file read is one more buffer released after the read returns

@@ -31,7 +31,7 @@ from committers.tests._delta_helpers import batch, epoch, ids, stage
 from integration_tests._s3server import S3Server
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 DAY = 86400
 
 

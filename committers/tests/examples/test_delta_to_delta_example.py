@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = [pytest.mark.spark]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "delta_to_delta.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "delta_to_delta.py"
 
 
 def load_example() -> ModuleType:

@@ -26,7 +26,7 @@ from framework._crash import LOG_VARIABLE, PAUSE_VARIABLE
 # Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("kills_processes")]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 FILES, PER_FILE = 3, 10
 
 

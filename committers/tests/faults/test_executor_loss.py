@@ -21,7 +21,7 @@ from committers.tests._readers import duckdb_rows
 # Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("kills_processes")]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("staging", ["spark", "arrow"])
