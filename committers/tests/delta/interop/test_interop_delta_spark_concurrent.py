@@ -173,7 +173,10 @@ def test_delta_spark_merge_that_read_before_our_append(delta_spark, tmp_path):
     """delta-spark's MERGE reads its snapshot, then the sink's append commits (recorded as a
     blind append), then MERGE tries to commit: delta-spark 4.4 refuses it with
     ConcurrentAppendException (nothing of it lands), and MERGE run again commits on top of
-    the append; every row is there once."""
+    the append; every row is there once. The refusal is delta-spark's rule: its only isolation
+    level for data changes is Serializable, under which a MERGE that read the whole table
+    conflicts with any append since, blind or not (ConflictChecker's
+    checkForAddedFilesThatShouldHaveBeenReadByCurrentTxn)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _two_files(spark, uri)
