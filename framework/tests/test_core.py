@@ -105,6 +105,7 @@ def test_connector_apis_are_pinned():
     assert sorted(framework.connector.__all__) == [
         "check_row_count",
         "crash_point",
+        "crash_with_workers",
         "refuse_unknown_options",
     ]
     source = (Path(framework.__file__).parent / "spark" / "connector.py").read_text()
