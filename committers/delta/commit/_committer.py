@@ -61,7 +61,6 @@ from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._staging import (
     epoch_staging_dir,
     is_run_manifest,
-    manifest_task_attempt,
     read_manifests,
     remove_empty_directories,
     remove_empty_staging_dirs,
@@ -1031,11 +1030,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         concurrent re-run of a bounded write) may still be about to commit its files.
         """
         attempts = self._committed_attempts.pop(_key(epoch), set())
-        manifests = read_manifests(
-            self._location,
-            epoch,
-            known=lambda m: is_run_manifest(m, epoch) and manifest_task_attempt(m) in attempts,
-        )
+        manifests = read_manifests(self._location, epoch, committed_attempts=attempts)
         committed, committed_files = self._committed_files(epoch)
         self._committed_paths.pop(_key(epoch), None)
         self._read_before.pop(_key(epoch), None)
