@@ -213,9 +213,9 @@ def report(outcome: Outcome) -> bool:
 
 def main() -> int:
     if sys.argv[1:2] == ["--driver"]:  # runs 1 and 2: the processes that are killed
-        from framework._crash import DRIVER_GROUP_VARIABLE
+        from framework.connector import crash_with_workers
 
-        os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))  # a worker's crash kills us all
+        crash_with_workers()  # a crash point reached in a Python worker kills us all
         source, target, checkpoint = sys.argv[2:5]
         spark = spark_session("delta-to-delta")
         run_query(spark, source, target, Path(checkpoint))

@@ -42,6 +42,7 @@ __all__ = [
     "LOG_VARIABLE",
     "PAUSE_VARIABLE",
     "crash_point",
+    "crash_with_workers",
 ]
 
 CRASH_VARIABLE = "SPARKSINK_CRASH_AT"
@@ -80,6 +81,15 @@ def crash_point(step: str, epoch_id: int | None = None, *, within_seconds: float
         _signal_process_groups(signal.SIGKILL)
     delay = random.uniform(0, within_seconds)
     threading.Timer(delay, _signal_process_groups, args=(signal.SIGKILL,)).start()
+
+
+def crash_with_workers() -> None:
+    """Make a crash point that a Python worker of this driver reaches kill the driver's whole
+    process group too, not only the worker's (PySpark's worker daemon runs in a group of its
+    own): records this process's group in ``SPARKSINK_CRASH_PGID``, which the JVM and the
+    workers started afterwards inherit. Call it first thing in a driver that a fault campaign
+    kills."""
+    os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))
 
 
 def _wanted(variable: str, step: str, epoch_id: int | None) -> bool:

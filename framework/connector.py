@@ -2,7 +2,8 @@
 ``framework.source``, published in one place.
 
 :func:`crash_point` marks a step where the crash-point campaign may kill the process (see
-``docs/reliability.md``); :func:`check_row_count` compares the rows the files to commit hold
+``docs/reliability.md``), and :func:`crash_with_workers` lets a crash in a Python worker take its
+driver down too; :func:`check_row_count` compares the rows the files to commit hold
 with the rows the write job wrote (raising :class:`~framework.errors.RowCountMismatchError`);
 :func:`refuse_unknown_options` refuses keyword arguments a sink does not have, saying what to use
 instead.
@@ -11,8 +12,8 @@ module does not import pyspark. A change to this list is a change of the framewo
 (pinned by ``framework/tests/test_core.py``).
 """
 
-from framework._crash import crash_point
+from framework._crash import crash_point, crash_with_workers
 from framework._foreign_options import refuse_unknown_options
 from framework._row_count import check_row_count
 
-__all__ = ["check_row_count", "crash_point", "refuse_unknown_options"]
+__all__ = ["check_row_count", "crash_point", "crash_with_workers", "refuse_unknown_options"]

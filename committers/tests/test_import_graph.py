@@ -4,6 +4,10 @@ from the source with :mod:`ast` (nothing is imported).
 An import counts wherever it is written (module level or inside a function: a lazy import is
 still a dependency), except under ``if TYPE_CHECKING:``, which never runs. Tests are not part
 of the graph: they may reach into private modules on purpose.
+
+Imports of the product's own modules are written at module level (a module's dependencies are
+read at its top), with one exception, :data:`LAZY_PRODUCT_IMPORTS`; and a private name
+(``_name``) of a module is imported only from inside the package that holds the module.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ UNITS = (
     "framework.sink",
     "framework.source",
     "framework.asyncsink",
+    "framework.retry",
     "framework.spark",
     "framework.testing",
     "framework",
@@ -51,6 +56,11 @@ DELTA_LAYERS: dict[str, set[str]] = {
     "format": {"storage", "table", "read", "write", "spark", "commit", "sink"},
     "inspect": {"storage", "table", "read", "write", "spark", "commit", "sink"},
 }
+
+
+#: Product imports that must stay inside a function, and why: ``framework`` offers
+#: ``TwoPhaseSink`` lazily so that importing the core never imports pyspark.
+LAZY_PRODUCT_IMPORTS = {("framework", "framework.spark")}
 
 
 def _modules() -> dict[str, Path]:
@@ -92,6 +102,13 @@ def _imported_names(node: ast.Import | ast.ImportFrom, current: str) -> Iterator
     yield from (f"{module}.{alias.name}" for alias in node.names)
 
 
+def _function_level_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of ``tree`` written inside a function (or a method)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield from _runtime_imports(node)
+
+
 class Graph:
     def __init__(self) -> None:
         self.modules = _modules()
@@ -99,6 +116,10 @@ class Graph:
         self.edges: dict[str, set[str]] = {}
         #: module -> the top-level packages of third parties it imports
         self.external: dict[str, set[str]] = {}
+        #: module -> the product modules it imports inside functions
+        self.lazy: dict[str, set[str]] = {}
+        #: module -> (the product module, the private name) of its ``from m import _name``
+        self.private_names: dict[str, set[tuple[str, str]]] = {}
         for name, path in self.modules.items():
             # relative imports resolve against the package: a package's own __init__ is in it
             current = f"{name}.__init__" if path.name == "__init__.py" else name
@@ -117,6 +138,23 @@ class Graph:
             targets.discard(name)
             self.edges[name] = targets
             self.external[name] = external
+            tree = ast.parse(path.read_text(), str(path))
+            self.lazy[name] = {
+                imported
+                for node in _function_level_imports(tree)
+                for imported in _imported_names(node, current)
+                if imported in self.modules
+            }
+            self.private_names[name] = {
+                (node.module, alias.name)
+                for node in _runtime_imports(tree)
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                for alias in node.names
+                if node.module in self.modules
+                and alias.name.startswith("_")
+                and not alias.name.startswith("__")
+                and f"{node.module}.{alias.name}" not in self.modules
+            }
 
     def cycles(self) -> list[list[str]]:
         """Strongly connected components of more than one module (Tarjan)."""
@@ -191,11 +229,37 @@ def test_the_graph_is_read(graph: Graph) -> None:
     assert "committers.delta.commit._committer" in graph.edges["committers.delta._sink"]
     assert "committers.delta.spark._upsert" in graph.edges["committers.delta._sink"]
     # a lazy import inside a function counts
-    lazy = graph.edges["committers.delta.format._read_table"]
-    assert "committers.delta.format._format" in lazy
+    assert "framework.spark" in graph.edges["framework"]
+    assert graph.lazy["framework"] == {"framework.spark"}
     assert "pyspark" in graph.external["committers.delta.spark._upsert"]
     # under TYPE_CHECKING does not
     assert "pyspark" not in graph.external["committers.delta._sink"]
+
+
+def test_product_imports_are_at_module_level(graph: Graph) -> None:
+    """A module's dependencies are read at its top: no import of the product's own modules
+    hides inside a function (a lazy import that dodges an import circle or a layer rule)."""
+    lazy = {(m, t) for m, targets in graph.lazy.items() for t in targets}
+    assert sorted(lazy - LAZY_PRODUCT_IMPORTS) == []
+
+
+def _package_of(module: str, graph: Graph) -> str:
+    """The package a module belongs to (a package's ``__init__`` is in the package itself)."""
+    if graph.modules[module].name == "__init__.py":
+        return module
+    return module.rpartition(".")[0]
+
+
+def test_no_private_name_is_imported_from_another_package(graph: Graph) -> None:
+    """``from package.module import _name`` only inside ``package``: what other packages use
+    of a module is public (``table._rules.MIN_MICROS``, not ``_MIN_MICROS``)."""
+    crossing = sorted(
+        f"{module} -> {source}.{name}"
+        for module, names in graph.private_names.items()
+        for source, name in names
+        if _package_of(source, graph) != _package_of(module, graph)
+    )
+    assert crossing == []
 
 
 def test_no_import_cycles(graph: Graph) -> None:

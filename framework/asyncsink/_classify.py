@@ -2,6 +2,8 @@
 
 The classifier is a value handed to the writer (and pickled with the sink), never module-global
 state, and it decides by exception type and structured attributes, never by parsing messages.
+Its verdict, :class:`~framework.retry.ErrorClassification`, belongs to the framework's one retry
+toolkit (:mod:`framework.retry`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from framework.errors import FatalDeliveryError, RetryableDeliveryError, ThrottledError
+from framework.retry import ErrorClassification
 
 __all__ = [
     "DEFAULT_ERROR_CLASSIFIER",
@@ -21,26 +24,6 @@ __all__ = [
     "ErrorClassifier",
     "TypeErrorClassifier",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorClassification:
-    """The verdict on one failed request.
-
-    Attributes:
-        retryable: send the entries again (within their retry budget); otherwise they are
-            rejected for good (dead-lettered, or the job fails).
-        throttled: the destination said it is over capacity; the rate limiting strategy hears it.
-        retry_after_s: how long the destination asked to wait, if it said.
-        caused_by_entries: for a fatal error, whether some entries of the request caused it, so
-            that splitting the request isolates them for the dead-letter queue. A fatal error
-            not caused by entries fails the job even with a dead-letter queue.
-    """
-
-    retryable: bool
-    throttled: bool = False
-    retry_after_s: float | None = None
-    caused_by_entries: bool = False
 
 
 FATAL = ErrorClassification(retryable=False)

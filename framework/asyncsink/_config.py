@@ -1,7 +1,9 @@
 """Buffering hints and the retry policy of an :class:`AsyncSinkWriter`.
 
 Both are frozen, keyword-only dataclasses validated at construction: a bad value raises
-:class:`~framework.errors.ConfigurationError` before anything is buffered or sent.
+:class:`~framework.errors.ConfigurationError` before anything is buffered or sent. The retry
+policy is configuration only (in milliseconds, the unit of the other hints): the writer runs it
+as the framework's :class:`~framework.retry.Backoff`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 from framework.errors import ConfigurationError
+from framework.retry import Backoff
 
 __all__ = [
     "DEFAULT_BACKOFF_MULTIPLIER",
@@ -182,27 +185,23 @@ class RetryPolicy:
             )
         _require_positive_number("max_retry_after_ms", self.max_retry_after_ms)
 
+    def backoff(self) -> Backoff:
+        """This policy as the framework's :class:`~framework.retry.Backoff` (seconds), which
+        the writer runs: the n-th retry is its retry number ``n - 1``; no deadline (each entry
+        has its attempt budget instead)."""
+        return Backoff(
+            max_attempts=self.max_attempts,
+            initial_delay=self.initial_backoff_ms / 1000.0,
+            max_delay=self.max_backoff_ms / 1000.0,
+            multiplier=self.backoff_multiplier,
+            jitter=self.jitter,
+            deadline=None,
+            max_retry_after=self.max_retry_after_ms / 1000.0,
+        )
+
     def backoff_s(
         self, failed_attempts: int, rng: random.Random, retry_after_s: float | None = None
     ) -> float:
-        """Delay in seconds before sending an entry again after ``failed_attempts`` failures.
-
-        Args:
-            failed_attempts: how many times the entry has failed so far (>= 1).
-            rng: the random source for the jitter (a per-writer instance, seedable in tests).
-            retry_after_s: what the destination asked for, if anything.
-        """
-        exponent = max(0, failed_attempts - 1)
-        # Cap the exponent before computing the power so huge attempt counts cannot overflow.
-        growth = self.backoff_multiplier ** min(exponent, 64)
-        delay_ms = min(self.max_backoff_ms, self.initial_backoff_ms * growth)
-        delay_ms = delay_ms * (1.0 - self.jitter) + rng.random() * delay_ms * self.jitter
-        if retry_after_s is not None and retry_after_s > 0:
-            delay_ms = max(delay_ms, min(retry_after_s * 1000.0, self.max_retry_after_ms))
-        return delay_ms / 1000.0
-
-    def capped_retry_after_s(self, retry_after_s: float | None) -> float:
-        """``retry_after_s`` limited to ``max_retry_after_ms``; 0 when absent or negative."""
-        if retry_after_s is None or retry_after_s <= 0:
-            return 0.0
-        return min(retry_after_s, self.max_retry_after_ms / 1000.0)
+        """Delay in seconds before sending an entry again after ``failed_attempts`` failures
+        (>= 1), at least the destination's ``retry_after_s``: :meth:`Backoff.delay`."""
+        return self.backoff().delay(max(0, failed_attempts - 1), rng, retry_after_s)

@@ -159,7 +159,7 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
     ) -> None:
         self._converter = element_converter
         self._config = config if config is not None else AsyncSinkWriterConfig()
-        self._retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
+        self._backoff = (retry_policy if retry_policy is not None else RetryPolicy()).backoff()
         self._classifier = error_classifier
         self._strategy: RateLimitingStrategy = (
             rate_limiting_strategy
@@ -753,11 +753,11 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
         seq: int,
     ) -> _Outcome:
         assert self._loop is not None
-        policy = self._retry_policy
+        backoff = self._backoff
         counters = self._counters
         if classification.throttled:
             counters.num_throttled_requests += 1
-        retry_after = policy.capped_retry_after_s(classification.retry_after_s)
+        retry_after = backoff.capped_retry_after(classification.retry_after_s)
         if retry_after:
             # The destination asked every client to hold off, not just these entries.
             self._paused_until = max(self._paused_until, self._loop.time() + retry_after)
@@ -772,7 +772,7 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
         else:
             for item in items:
                 item.attempts += 1
-                (exhausted if item.attempts >= policy.max_attempts else again).append(item)
+                (exhausted if item.attempts >= backoff.max_attempts else again).append(item)
         if again:
             counters.num_retries += len(again)
             if classification.throttled and classification.retry_after_s is not None:
@@ -781,7 +781,8 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
                 failures = max(item.attempts for item in again)
             else:
                 failures = max(item.attempts + item.throttles for item in again)
-            delay = policy.backoff_s(max(1, failures), self._rng, classification.retry_after_s)
+            retry_number = max(1, failures) - 1
+            delay = backoff.delay(retry_number, self._rng, classification.retry_after_s)
             self._schedule_retry(again, delay, seq)
         if exhausted:
             await self._dead_letter_or_fail(
@@ -789,7 +790,7 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
                 "retries_exhausted",
                 error,
                 lambda: RetriesExhaustedError(
-                    f"{len(exhausted)} entries still failed after {policy.max_attempts} attempts "
+                    f"{len(exhausted)} entries still failed after {backoff.max_attempts} attempts "
                     f"(last error: {type(error).__name__}: {error}); raise "
                     f"RetryPolicy.max_attempts, lower the send rate, or configure a "
                     f"dead_letter_queue to divert them"

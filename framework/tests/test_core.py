@@ -55,6 +55,48 @@ def test_runtime_and_testing_surfaces_are_pinned():
     assert '__all__ = ["BatchMetrics", "TwoPhaseSink"]' in spark_init
 
 
+def test_retry_toolkit_is_pinned():
+    """The one retry toolkit the async writer, the uploads and the Delta commit share."""
+    import framework.asyncsink
+    import framework.retry
+
+    assert sorted(framework.retry.__all__) == [
+        "Backoff",
+        "Classifier",
+        "CommitResult",
+        "ErrorClassification",
+        "Verdict",
+        "commit_with_reconciliation",
+        "retry_call",
+    ]
+    # the async writer's verdict is the toolkit's, not a copy
+    assert framework.asyncsink.ErrorClassification is framework.retry.ErrorClassification
+
+
+def test_retry_policy_is_a_backoff_in_milliseconds():
+    """The async sink's public RetryPolicy is configuration the toolkit's Backoff runs."""
+    from framework.asyncsink import RetryPolicy
+    from framework.retry import Backoff
+
+    policy = RetryPolicy(
+        max_attempts=4,
+        initial_backoff_ms=250,
+        max_backoff_ms=2_000,
+        backoff_multiplier=3.0,
+        jitter=0.25,
+        max_retry_after_ms=9_000,
+    )
+    assert policy.backoff() == Backoff(
+        max_attempts=4,
+        initial_delay=0.25,
+        max_delay=2.0,
+        multiplier=3.0,
+        jitter=0.25,
+        deadline=None,
+        max_retry_after=9.0,
+    )
+
+
 def test_connector_apis_are_pinned():
     """What connectors may use of the framework beyond its packages' APIs: the engine-agnostic
     helpers and the Spark runtime's (pinned from source: importing it imports pyspark)."""
@@ -63,6 +105,7 @@ def test_connector_apis_are_pinned():
     assert sorted(framework.connector.__all__) == [
         "check_row_count",
         "crash_point",
+        "crash_with_workers",
         "refuse_unknown_options",
     ]
     source = (Path(framework.__file__).parent / "spark" / "connector.py").read_text()

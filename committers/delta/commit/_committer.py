@@ -35,7 +35,7 @@ from deltalake import (
     Transaction,
 )
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from committers.delta.commit._log_append import (
@@ -49,13 +49,18 @@ from committers.delta.commit._log_append import (
     unsupported_by_append,
 )
 from committers.delta.commit._log_maintenance import LogMaintenance
+from committers.delta.commit._sequence import (
+    add_action,
+    advance,
+    commit_once,
+    files_gone,
+    write_transaction,
+)
 from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert_plan import classic_session
-from committers.delta.storage._retry import Backoff, commit_with_reconciliation
 from committers.delta.storage._staging import (
     epoch_staging_dir,
     is_run_manifest,
-    manifest_task_attempt,
     read_manifests,
     remove_empty_directories,
     remove_empty_staging_dirs,
@@ -101,6 +106,7 @@ from framework.errors import (
     DestinationError,
     EpochRegressionError,
 )
+from framework.retry import Backoff
 from framework.sink import Epoch, GlobalCommitter
 
 __all__ = ["DeltaGlobalCommitter"]
@@ -203,13 +209,12 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         credentials expire (STS, SSO, instance roles, ``credential_process``) is rebuilt with
         freshly resolved ones before they do (:attr:`ResolvedCredentials.renew_at`).
         """
-        if self._table is not None and not self._credentials_due():
-            try:
-                self._table.update_incremental()
-                return self._table
-            except DeltaError as err:
-                # e.g. the handle is older than log files cleaned up since: load afresh.
-                log.info("reloading %s after failed incremental update: %s", self._location, err)
+        if (
+            self._table is not None
+            and not self._credentials_due()
+            and advance(self._table, self._location)
+        ):
+            return self._table
         renewing = self._table is not None and self._credentials_due()
         credentials = self._location.resolve_credentials() if self._location.is_s3 else None
         if renewing and credentials is not None:
@@ -402,11 +407,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     def _commit_staged(self, committable: DeltaCommittable) -> None:
         """Commit once: retried with backoff, an unknown outcome reconciled through the txn."""
         epoch = committable.epoch
-        attempts = 0
 
-        def attempt() -> None:
-            nonlocal attempts
-            attempts += 1
+        def attempt(number: int) -> None:
             if self._append_through_log(committable):
                 return
             # Right after is_committed() refreshed the handle for this epoch, a second refresh
@@ -415,7 +417,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             table: DeltaTable | None = self._table
             fresh = self._checked_epoch == _key(epoch) or self._planned_on_fresh
             if (
-                attempts > 1
+                number > 1
                 or not fresh
                 or table is None
                 or self._credentials_due()  # staging took long: renew before committing
@@ -449,22 +451,19 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             self._remember(committable, version=version)
 
         try:
-            commit_with_reconciliation(
+            commit_once(
                 attempt,
-                is_committed=lambda: self._holds(self.table(), epoch),
+                landed=lambda: self._holds(self.table(), epoch),
                 backoff=ONE_OFF_BACKOFF if epoch.one_off else self._backoff,
                 description=f"commit of {_described(epoch)}",
-            )
-        except CommitStateUnknownError as err:
-            if isinstance(err.__cause__, CommitFailedError):
-                # delta-rs refused the last attempt (its conditional PUT lost) and the txn
-                # (or run id) confirmed nothing landed: a definite failure under contention.
-                raise CommitConflictError(
+                lost_every_race=lambda _: (
                     f"{_described(epoch)} lost every commit race on {self._location.uri}; "
                     "nothing was committed and "
                     + ("writing it again" if epoch.one_off else "restarting")
                     + " is safe."
-                ) from err.__cause__
+                ),
+            )
+        except CommitStateUnknownError as err:
             if epoch.one_off:
                 advice = (
                     f"Its commit would carry sink.runId={epoch.run_id!r} in its commitInfo "
@@ -497,7 +496,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         found live in this snapshot: it must land right on top of it too.
         """
         epoch = committable.epoch
-        actions: list[AddAction | RemoveAction] = [_add_action(f) for f in committable.files]
+        actions: list[AddAction | RemoveAction] = [add_action(f) for f in committable.files]
         replacing = self._replaces_all(epoch)
         if self._replace_where is not None:
             self._write_replacement(table, committable, actions)
@@ -513,15 +512,15 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         else:
             removed = 0
         exact = self._commits_exactly(committable)
-        table.create_write_transaction(
+        write_transaction(
+            table,
             actions,
             mode="overwrite" if replacing else "append",
-            schema=table.schema(),
-            partition_by=list(self._plan.shape.partition_by) or None,
+            partition_by=self._plan.shape.partition_by,
             commit_properties=self._commit_properties(
                 committable, removed_files=removed, retries=0 if exact else None
             ),
-            post_commithook_properties=_POST_COMMIT,
+            post_commit=_POST_COMMIT,
         )
 
     def _replaces_all(self, epoch: Epoch) -> bool:
@@ -560,16 +559,16 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             RemoveAction(path, True, now, f["size_bytes"]) for path, f in removed
         ]
         read_version = table.version()
-        table.create_write_transaction(
+        write_transaction(
+            table,
             adds if filters is not None else [*removes, *adds],
             mode="append" if filters is None else "overwrite",
-            schema=table.schema(),
-            partition_by=list(self._plan.shape.partition_by) or None,
+            partition_by=self._plan.shape.partition_by,
             partition_filters=filters or None,
             commit_properties=self._commit_properties(
                 committable, removed_files=len(removed), retries=0, deleted_rows=deleted
             ),
-            post_commithook_properties=_POST_COMMIT,
+            post_commit=_POST_COMMIT,
         )
         if filters is not None:  # (retries=0: it is the next version, or it raised)
             self._check_removed(read_version + 1, {unquote(f["path"]) for _, f in removed})
@@ -923,7 +922,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             create_table_with_add_actions(
                 self._location.uri,
                 DeltaSchema.from_arrow(new_table_schema(self._input_schema)),  # as planned
-                [_add_action(f) for f in committable.files],
+                [add_action(f) for f in committable.files],
                 mode="error",
                 partition_by=list(shape.partition_by) or None,
                 configuration=self._table_configuration or None,
@@ -1031,11 +1030,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         concurrent re-run of a bounded write) may still be about to commit its files.
         """
         attempts = self._committed_attempts.pop(_key(epoch), set())
-        manifests = read_manifests(
-            self._location,
-            epoch,
-            known=lambda m: is_run_manifest(m, epoch) and manifest_task_attempt(m) in attempts,
-        )
+        manifests = read_manifests(self._location, epoch, committed_attempts=attempts)
         committed, committed_files = self._committed_files(epoch)
         self._committed_paths.pop(_key(epoch), None)
         self._read_before.pop(_key(epoch), None)
@@ -1112,10 +1107,7 @@ def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
     Raises:
         _StaleRewrite: naming the files another commit removed.
     """
-    if not rewrite.replaced:
-        return
-    live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
-    gone = [f.logged_path for f in rewrite.replaced if f.logged_path not in live]
+    gone = files_gone(table, [f.logged_path for f in rewrite.replaced])
     if gone:
         raise _StaleRewrite(
             f"{len(gone)} of the {len(rewrite.replaced)} files it rewrites were removed by "
@@ -1124,20 +1116,9 @@ def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
         )
 
 
-def _add_action(staged: StagedFile) -> AddAction:
-    return AddAction(
-        path=staged.path,
-        size=staged.size,
-        partition_values=dict(staged.partition_values),
-        modification_time=staged.modification_time,
-        data_change=True,
-        stats=staged.stats,
-    )
-
-
 def _add_entry(staged: StagedFile) -> dict[str, Any]:
     """The add action of ``staged`` for :func:`~committers.delta.commit._log_append.commit_lines`,
-    with what :func:`_add_action` gives delta-rs."""
+    with what :func:`~committers.delta.commit._sequence.add_action` gives delta-rs."""
     return {
         "path": staged.path,
         "partitionValues": dict(staged.partition_values),

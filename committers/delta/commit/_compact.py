@@ -55,9 +55,16 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
+from committers.delta.commit._sequence import (
+    add_action,
+    advance,
+    commit_once,
+    files_gone,
+    write_transaction,
+)
 from committers.delta.spark._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
 from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._scan import grouped_rows, scan_root_path
@@ -68,7 +75,6 @@ from committers.delta.spark._spark_staging import (
     spark_manifest_path,
     spark_uri,
 )
-from committers.delta.storage._retry import Backoff, commit_with_reconciliation
 from committers.delta.storage._s3safety import verify_conditional_put
 from committers.delta.storage._staging import remove_empty_staging_dirs, write_manifest
 from committers.delta.storage._storage import TableLocation
@@ -88,6 +94,7 @@ from framework.errors import (
     RowCountMismatchError,
     SinkError,
 )
+from framework.retry import Backoff
 from framework.sink import Epoch
 from framework.spark.connector import is_connect_dataframe
 
@@ -725,43 +732,35 @@ class _Commit:
         self._operation_parameters = operation_parameters
         self._user_metadata = user_metadata
         self._before_commit = before_commit
-        self._attempts = 0
         self._first_read: int = table.version()
         self._landed_version: int | None = None
 
     def run(self, backoff: Backoff) -> int | None:
         """The version committed (``None`` if found only by reconciliation and unknown)."""
-        try:
-            result = commit_with_reconciliation(
-                self._attempt,
-                is_committed=self._landed,
-                backoff=backoff,
-                description=f"compaction {self._run_id} of {self._location.uri}",
-            )
-        except CommitStateUnknownError as err:
-            if isinstance(err.__cause__, CommitFailedError):
-                raise CommitConflictError(
-                    f"compaction of {self._location.uri} lost every commit race against "
-                    f"other writers ({self._attempts} attempts); nothing was committed and its "
-                    "files were deleted. Run it again, or when fewer writers commit."
-                ) from err.__cause__
-            raise
+        uri = self._location.uri
+        result = commit_once(
+            self._attempt,
+            landed=self._landed,
+            backoff=backoff,
+            description=f"compaction {self._run_id} of {uri}",
+            lost_every_race=lambda attempts: (
+                f"compaction of {uri} lost every commit race against other writers "
+                f"({attempts} attempts); nothing was committed and its files were deleted. "
+                "Run it again, or when fewer writers commit."
+            ),
+        )
         if result.reconciled:
             return self._landed_version
         return result.value
 
     def _fresh(self) -> DeltaTable:
-        try:
-            self._table.update_incremental()
-        except DeltaError as err:  # e.g. older than log files cleaned up since: load afresh
-            log.info("reloading %s: %s", self._location.uri, err)
+        if not advance(self._table, self._location):
             self._table = DeltaTable(
                 self._location.uri, storage_options=self._location.delta_storage_options()
             )
         return self._table
 
-    def _attempt(self) -> int:
-        self._attempts += 1
+    def _attempt(self, number: int) -> int:
         table = self._fresh()
         read_version = table.version()
         shape = TableShape.of_table(table)
@@ -777,8 +776,7 @@ class _Commit:
                 "while it was being compacted; nothing was committed and the compaction's "
                 "files were deleted. Run the compaction again."
             )
-        live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
-        gone = [f.path for f in self._removed if f.logged_path not in live]
+        gone = files_gone(table, [f.logged_path for f in self._removed])
         if gone:
             raise CompactionConflictError(
                 f"{len(gone)} of the {len(self._removed)} files this compaction rewrote were "
@@ -788,17 +786,17 @@ class _Commit:
                 "compaction's files were deleted; run it again to compact the table as it is."
             )
         if self._before_commit is not None:
-            self._before_commit(self._attempts)
-        table.create_write_transaction(
+            self._before_commit(number)
+        write_transaction(
+            table,
             self._actions(),
             mode="append",
-            schema=table.schema(),
-            partition_by=list(self._layout.partition_columns) or None,
+            partition_by=self._layout.partition_columns,
             commit_properties=CommitProperties(
                 custom_metadata=self._metadata(read_version),
                 max_commit_retries=0,  # the next version or a conflict: we re-check, not delta-rs
             ),
-            post_commithook_properties=_POST_COMMIT,
+            post_commit=_POST_COMMIT,
         )
         return read_version + 1
 
@@ -815,17 +813,7 @@ class _Commit:
             )
             for f in self._removed
         ]
-        actions.extend(
-            AddAction(
-                path=f.path,
-                size=f.size,
-                partition_values=dict(f.partition_values),
-                modification_time=f.modification_time,
-                data_change=False,
-                stats=f.stats,
-            )
-            for f in self._staged
-        )
+        actions.extend(add_action(f, data_change=False) for f in self._staged)
         return actions
 
     def _metadata(self, read_version: int) -> dict[str, Any]:

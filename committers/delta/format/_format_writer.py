@@ -43,7 +43,7 @@ from committers.delta._sink import DeltaSink
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import ArrayType, DeltaField, MapType, StructType, walk
 from committers.delta.table._replace_where import ReplaceWhere
-from committers.delta.table._rules import _MAX_MICROS, _MIN_MICROS, TableShape
+from committers.delta.table._rules import MAX_MICROS, MIN_MICROS, TableShape
 from committers.delta.table._schema import FORMAT_SPELLING, HIVE_NULL
 from framework.errors import (
     ConfigurationError,
@@ -324,7 +324,7 @@ def _check_partition_values(name: str, delta_type: object, column: pa.Array) -> 
     if delta_type == "timestamp":
         micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         low, high = pc.min_max(micros).values()
-        bad = low.is_valid and (low.as_py() < _MIN_MICROS or high.as_py() > _MAX_MICROS)
+        bad = low.is_valid and (low.as_py() < MIN_MICROS or high.as_py() > MAX_MICROS)
     elif delta_type in ("date", "timestamp_ntz"):
         years = pc.year(column)
         low, high = pc.min_max(years).values()

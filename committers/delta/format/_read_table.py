@@ -36,12 +36,13 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from committers.delta.format._format import DeltaDataSource, spark_schema
 from committers.delta.read._source import DataFile, list_data_files, spell_partition_value
 from committers.delta.spark._spark_staging import hadoop_has_filesystem, spark_uri
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import quote, spark_type
 from committers.delta.table._snapshot import Snapshot, SnapshotSpec, open_snapshot
-from framework.spark.connector import parquet_files
+from framework.spark.connector import parquet_files, register_data_source
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -68,9 +69,6 @@ def register(spark: SparkSession) -> None:
     (see ``docs/reading.md``). The session's configuration is not changed; reads with
     ``filterPushdown`` need ``spark.sql.python.filterPushdown.enabled=true``.
     """
-    from committers.delta.format._format import DeltaDataSource
-    from framework.spark.connector import register_data_source
-
     register_data_source(spark, DeltaDataSource, filter_pushdown=False)
 
 
@@ -308,8 +306,6 @@ def _joined_scan(
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    from committers.delta.format._format import spark_schema
-
     shape = snapshot.shape
     partition_by = list(shape.partition_by)
     types = {c: shape.schema.field(c).type for c in partition_by}
@@ -357,8 +353,6 @@ def _native(
 ) -> tuple[DataFrame, str]:
     """The snapshot's rows read by Spark's Parquet reader, and how (for the log line)."""
     from pyspark.sql import functions as F
-
-    from committers.delta.format._format import spark_schema
 
     shape = snapshot.shape
     schema = spark_schema(snapshot)

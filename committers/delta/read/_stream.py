@@ -66,9 +66,9 @@ from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._snapshot import (
     Snapshot,
     SnapshotSpec,
-    _list_log,
     check_readable,
     first_version_at_or_after,
+    list_log,
     open_snapshot,
     parse_timestamp,
     protocol_reader_features,
@@ -255,7 +255,7 @@ class DeltaLogTail:
                 f"startingVersion={wanted} does not exist in {self._uri}: its latest version "
                 f"is {started.version}"
             )
-        commits = _list_log(self._snapshot.location).commits
+        commits = list_log(self._snapshot.location).commits
         if wanted not in commits:
             raise ConfigurationError(
                 f"startingVersion={wanted} of {self._uri} is no longer available: log cleanup "
@@ -434,7 +434,7 @@ class DeltaLogTail:
         GET, not a listing)."""
         if self._known_next == version:
             return
-        latest = _list_log(self._snapshot.location).latest
+        latest = list_log(self._snapshot.location).latest
         if latest is not None and latest >= version:
             raise SourceTableChangedError(
                 f"version {version} of {self._uri} is no longer available: log cleanup removed "

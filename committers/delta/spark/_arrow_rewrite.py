@@ -50,6 +50,7 @@ from committers.delta.write._writer import parquet_writer
 from framework.connector import check_row_count
 from framework.errors import SinkError, StagingError
 from framework.source import FileSplit
+from framework.spark.connector import staging_job_group, translate_task_error, wait_for_tasks_to_end
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -206,12 +207,6 @@ def rewriting(spark: SparkSession, failure: str) -> Iterator[None]:
     """Run the body's Spark jobs in a job group; on failure, wait for its tasks to stop (no
     late file may follow the clean-up) and raise the sink's error: a ``SinkError`` a task
     raised, or a ``StagingError`` starting with ``failure``."""
-    from framework.spark.connector import (
-        staging_job_group,
-        translate_task_error,
-        wait_for_tasks_to_end,
-    )
-
     probe = spark.range(0)
     group: str | None = None
     try:

@@ -67,6 +67,7 @@ from committers.delta.write._committable import ReplacedFile, Rewrite, StagedFil
 from committers.delta.write._options import Staging, WriterOptions
 from framework.errors import RowCountMismatchError, StagingError
 from framework.sink import Epoch, InputPlan, PlannedColumn
+from framework.spark.connector import apply_input_plan, parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -302,8 +303,6 @@ def _with_spark(
     """
     from pyspark.sql import functions as F
 
-    from framework.spark.connector import apply_input_plan
-
     location, plan = job.location, job.plan
     globbed = [c.path for c in job.candidates if _GLOB_CHARACTERS & set(c.path)]
     if globbed:
@@ -355,8 +354,6 @@ def _scan(
     log), ``_FILE`` (the decoded path Spark read) and ``_MATCHED`` (``where`` is TRUE); and
     each file's ``_FILE`` value mapped to its candidate index."""
     from pyspark.sql import functions as F
-
-    from framework.spark.connector import parquet_files
 
     plan, candidates = job.plan, job.candidates
     root = spark_uri(job.location.uri.rstrip("/"))

@@ -104,7 +104,13 @@ from framework.errors import (
     StagingError,
 )
 from framework.sink import Epoch, InputPlan, PlannedColumn, RowCheck
-from framework.spark.connector import parquet_files
+from framework.spark.connector import (
+    apply_input_plan,
+    parquet_files,
+    staging_job_group,
+    translate_task_error,
+    wait_for_tasks_to_end,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -266,11 +272,6 @@ class UpsertStager:
         return staged, written
 
     def _redo(self, df: DataFrame, epoch: Epoch) -> StagedRewrite:
-        from framework.spark.connector import (
-            staging_job_group,
-            translate_task_error,
-            wait_for_tasks_to_end,
-        )
 
         again = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-redo")
         group: str | None = None
@@ -305,8 +306,6 @@ class UpsertStager:
         """The batch with its keys and sequence values checked (a NULL fails the task), its
         keys and sequence values copied into positional names and the delete flag, before the
         input's columns."""
-        from framework.spark.connector import apply_input_plan
-
         upsert = self._upsert
         shown = (*upsert.keys, *upsert.sequence)
         checks = tuple(
@@ -652,8 +651,6 @@ class UpsertStager:
         bytes per row)."""
         from pyspark.sql import functions as F
 
-        from framework.spark.connector import apply_input_plan
-
         rows_per_file = (
             self._options.target_file_size / self._bytes_per_row
             if self._bytes_per_row
@@ -954,8 +951,6 @@ class UpsertStager:
         not the batch's, or its change is stale), shaped as the table's rules shape written
         rows (partition values spelled, no checks: they are the table's)."""
         from pyspark.sql import functions as F
-
-        from framework.spark.connector import apply_input_plan
 
         shape = self._plan.shape
         sequence = self._upsert.table_sequence

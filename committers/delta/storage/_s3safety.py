@@ -30,10 +30,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from committers.delta.storage._retry import Backoff, S3ErrorClassifier, Verdict, retry_call
+from committers.delta.storage._s3errors import S3ErrorClassifier
 from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.storage._storage import TableLocation
 from framework.errors import LocationNotWritableError, UnsafeStorageError
+from framework.retry import Backoff, Verdict, retry_call
 
 __all__ = [
     "PROBE_BACKOFF",

@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -135,12 +135,13 @@ def read_manifest(location: TableLocation, manifest: str) -> ManifestListing:
 
 
 def read_manifests(
-    location: TableLocation, epoch: Epoch, *, known: Callable[[str], bool] = lambda _: False
+    location: TableLocation, epoch: Epoch, *, committed_attempts: Collection[int] = ()
 ) -> dict[str, ManifestListing]:
     """Map each manifest (fsspec path) of ``epoch``'s writer to what it lists.
 
-    Manifests for which ``known(path)`` is true are not read (their files are accounted for by
-    the caller) and map to an empty listing: on object stores that saves one GET per task.
+    Manifests of this run (``epoch.run_id``) written by a task attempt in
+    ``committed_attempts`` (whose every file the caller knows to be committed) are not read
+    and map to an empty listing: on object stores that saves one GET per task.
     """
     fs = location.filesystem()
     directory = location.path(epoch_staging_dir(epoch))
@@ -152,7 +153,11 @@ def read_manifests(
     for manifest in entries:
         if not manifest.endswith(".json"):
             continue
-        if known(manifest):
+        if (
+            committed_attempts
+            and is_run_manifest(manifest, epoch)
+            and manifest_task_attempt(manifest) in committed_attempts
+        ):
             manifests[manifest] = ManifestListing()
             continue
         try:

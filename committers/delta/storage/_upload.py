@@ -35,13 +35,12 @@ from typing import Any
 
 import fsspec.asyn
 
-from committers.delta.storage._retry import STAGING_ERRORS, Verdict
+from committers.delta.storage._s3errors import STAGING_ERRORS
 from committers.delta.storage._storage import TableLocation
 from framework.asyncsink import (
     AsyncSinkWriter,
     AsyncSinkWriterConfig,
     ElementConverter,
-    ErrorClassification,
     RetryPolicy,
 )
 from framework.errors import DeliveryError, RetriesExhaustedError, StagingError
@@ -50,7 +49,6 @@ from framework.sink import WriterContext
 __all__ = [
     "MAX_UPLOAD_PART_SIZE",
     "MIN_UPLOAD_PART_SIZE",
-    "S3UploadErrorClassifier",
     "S3Uploader",
     "UploadStream",
     "abort_incomplete_uploads",
@@ -61,10 +59,6 @@ logger = logging.getLogger(__name__)
 MIN_UPLOAD_PART_SIZE = 5 * 1024 * 1024  # S3's minimum for every part but the last
 MAX_UPLOAD_PART_SIZE = 5 * 1024 * 1024 * 1024  # and its maximum
 DEFAULT_REQUEST_TIMEOUT_MS = 120_000  # one part of up to part_size bytes
-_THROTTLING_STATUS = frozenset({429, 503})
-_THROTTLING_CODES = frozenset(
-    {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"}
-)
 
 
 class _Kind(enum.Enum):
@@ -107,20 +101,6 @@ class _Identity(ElementConverter[_Request, _Request]):
         return element
 
 
-@dataclass(frozen=True)
-class S3UploadErrorClassifier:
-    """Maps S3 errors onto the async writer's verdicts (see the module docstring)."""
-
-    def classify(self, error: BaseException) -> ErrorClassification:
-        if isinstance(error, TimeoutError):  # the writer's request timeout
-            return ErrorClassification(retryable=True)
-        if STAGING_ERRORS(error) is not Verdict.RETRY:
-            return ErrorClassification(retryable=False)
-        status, code = STAGING_ERRORS.response_of(error)
-        throttled = status in _THROTTLING_STATUS or code in _THROTTLING_CODES
-        return ErrorClassification(retryable=True, throttled=throttled)
-
-
 class _PartWriter(AsyncSinkWriter[_Request, _Request]):
     """Sends each entry as one S3 request, on the event loop of the s3fs filesystem."""
 
@@ -137,7 +117,7 @@ class _PartWriter(AsyncSinkWriter[_Request, _Request]):
                 request_timeout_ms=DEFAULT_REQUEST_TIMEOUT_MS,
             ),
             retry_policy=RetryPolicy(max_attempts=8, max_backoff_ms=5_000.0),
-            error_classifier=S3UploadErrorClassifier(),
+            error_classifier=STAGING_ERRORS,  # its classify() tells throttling apart
         )
         self._fs = fs
         self._completions: set[asyncio.Task[None]] = set()

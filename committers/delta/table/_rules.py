@@ -50,7 +50,15 @@ from committers.delta.table._schema import (
 from framework.errors import SchemaMismatchError, UnsupportedTypeError
 from framework.sink import InputPlan, PlannedColumn, RowCheck
 
-__all__ = ["FileLayout", "TableShape", "WritePlan", "new_table_schema", "plan_write"]
+__all__ = [
+    "MAX_MICROS",
+    "MIN_MICROS",
+    "FileLayout",
+    "TableShape",
+    "WritePlan",
+    "new_table_schema",
+    "plan_write",
+]
 
 CONSTRAINT_PREFIX = "delta.constraints."
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
@@ -59,9 +67,9 @@ SPARK_FIELD_ID = "parquet.field.id"
 CHAR_VARCHAR_TYPE = "__CHAR_VARCHAR_TYPE_STRING"
 _CHAR_VARCHAR = re.compile(r"(char|varchar)\((\d+)\)")
 
-# Instants Delta can spell (years 1 to 9999), in microseconds since the epoch.
-_MIN_MICROS = -62135596800000000
-_MAX_MICROS = 253402300799999999
+#: Instants Delta can spell (years 1 to 9999), in microseconds since the epoch.
+MIN_MICROS = -62135596800000000
+MAX_MICROS = 253402300799999999
 _MICROS_PER_DAY = 86400000000
 _SHOWN_COLUMNS = 10  # columns quoted in a violation message
 
@@ -373,7 +381,7 @@ def _partition_value_checks(
         ]
     if delta_type == "timestamp":
         micros = f"unix_micros({column})"
-        predicate = f"{column} IS NULL OR {micros} BETWEEN {_MIN_MICROS} AND {_MAX_MICROS}"
+        predicate = f"{column} IS NULL OR {micros} BETWEEN {MIN_MICROS} AND {MAX_MICROS}"
     elif delta_type in ("date", "timestamp_ntz"):
         predicate = f"{column} IS NULL OR year({column}) BETWEEN 1 AND 9999"
     else:

@@ -32,11 +32,13 @@ from framework.errors import (
 
 __all__ = [
     "READABLE_FEATURES",
+    "LogListing",
     "Snapshot",
     "SnapshotSpec",
     "check_readable",
     "commit_times",
     "first_version_at_or_after",
+    "list_log",
     "open_snapshot",
     "parse_timestamp",
     "protocol_reader_features",
@@ -223,7 +225,7 @@ def check_readable(uri: str, reader_version: int, features: Iterable[str]) -> No
 
 
 @dataclass(frozen=True)
-class _LogListing:
+class LogListing:
     """Versions found in ``_delta_log``: commit files with their times, and checkpoints."""
 
     commits: Mapping[int, float]  # version -> commit time (seconds, made increasing)
@@ -250,12 +252,13 @@ class _LogListing:
         return min(usable) if usable else None
 
 
-def _list_log(location: TableLocation) -> _LogListing:
+def list_log(location: TableLocation) -> LogListing:
+    """The commit files and checkpoints in the table's ``_delta_log`` (empty: no log)."""
     fs = location.filesystem()
     try:
         entries = fs.ls(location.path("_delta_log"), detail=True)
     except FileNotFoundError:
-        return _LogListing({}, frozenset())
+        return LogListing({}, frozenset())
     raw: dict[int, float] = {}
     checkpoints: set[int] = set()
     for info in entries:
@@ -273,7 +276,7 @@ def _list_log(location: TableLocation) -> _LogListing:
         # delta-spark makes commit times strictly increasing (clock skew between writers).
         stamp = raw[version] if previous is None else max(raw[version], previous + 0.001)
         commits[version] = previous = stamp
-    return _LogListing(commits, frozenset(checkpoints))
+    return LogListing(commits, frozenset(checkpoints))
 
 
 def _whole_milliseconds(seconds: float) -> float:
@@ -286,7 +289,7 @@ def commit_times(location: TableLocation) -> dict[int, float]:
     """The time ``timestampAsOf`` resolves each version by (seconds since the epoch, whole
     milliseconds): its commit file's modification time, made strictly increasing. Versions
     whose commit file log cleanup removed are absent. Raises what the listing raises."""
-    return dict(_list_log(location).commits)
+    return dict(list_log(location).commits)
 
 
 def _not_a_table(location: TableLocation, err: BaseException | None = None) -> NotATableError:
@@ -298,7 +301,7 @@ def _not_a_table(location: TableLocation, err: BaseException | None = None) -> N
 
 
 def _version_error(
-    location: TableLocation, version: int, log: _LogListing
+    location: TableLocation, version: int, log: LogListing
 ) -> ConfigurationError | NotATableError:
     latest, earliest = log.latest, log.earliest
     if latest is None:
@@ -319,7 +322,7 @@ def _utc(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _version_at(location: TableLocation, when: dt.datetime, log: _LogListing) -> int:
+def _version_at(location: TableLocation, when: dt.datetime, log: LogListing) -> int:
     latest, earliest = log.latest, log.earliest
     if latest is None:
         raise _not_a_table(location)
@@ -363,7 +366,7 @@ def first_version_at_or_after(location: TableLocation, when: dt.datetime, option
         ConfigurationError: ``when`` is after the latest commit (the version it names does not
             exist yet).
     """
-    log = _list_log(location)
+    log = list_log(location)
     if log.latest is None or not log.commits:
         raise _not_a_table(location)
     # Milliseconds, truncated, as delta-spark compares them (Hadoop's modification times).
@@ -398,11 +401,11 @@ def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTab
     options = location.delta_storage_options()
     version = spec.version
     if spec.timestamp is not None:
-        version = _version_at(location, spec.timestamp, _list_log(location))
+        version = _version_at(location, spec.timestamp, list_log(location))
     try:
         table = DeltaTable(location.uri, storage_options=options, version=version)
     except (TableNotFoundError, DeltaError) as err:
-        log = _list_log(location)
+        log = list_log(location)
         if log.latest is None:
             raise _not_a_table(location, err) from err
         if version is not None:

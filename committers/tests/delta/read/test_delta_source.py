@@ -29,8 +29,8 @@ from committers.delta.storage._storage import TableLocation
 from committers.delta.table._rules import TableShape
 from committers.delta.table._skipping import FilePruner, Predicate, is_exact
 from committers.delta.table._snapshot import (
+    LogListing,
     SnapshotSpec,
-    _LogListing,
     check_readable,
     open_snapshot,
     parse_timestamp,
@@ -184,7 +184,7 @@ def test_partition_predicates_are_exact_in_three_valued_logic(history):
 
 def test_the_log_listing_knows_the_oldest_version_it_can_rebuild():
     def earliest(commits, checkpoints=()):
-        return _LogListing(dict.fromkeys(commits, 0.0), frozenset(checkpoints)).earliest
+        return LogListing(dict.fromkeys(commits, 0.0), frozenset(checkpoints)).earliest
 
     assert earliest([0, 1, 2]) == 0
     assert earliest([3, 4], [3]) == 3

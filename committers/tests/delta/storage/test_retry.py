@@ -1,4 +1,5 @@
-"""Backoff, classification and commit reconciliation (no server needed)."""
+"""Backoff, classification and commit reconciliation (no server needed): the framework's
+toolkit (``framework.retry``) with the Delta connector's classifiers."""
 
 from __future__ import annotations
 
@@ -15,17 +16,21 @@ from botocore.exceptions import (
 )
 from s3fs.errors import translate_boto_error
 
-from committers.delta.storage._retry import (
-    STAGING_ERRORS,
-    Backoff,
-    S3ErrorClassifier,
-    Verdict,
-    classify_delta_commit_error,
-    commit_with_reconciliation,
-    retry_call,
-)
-from committers.delta.storage._upload import S3UploadErrorClassifier
+from committers.delta.commit._sequence import classify_delta_commit_error
+from committers.delta.storage._s3errors import STAGING_ERRORS, S3ErrorClassifier
 from framework.errors import CommitStateUnknownError, ConcurrentWriterError
+from framework.retry import Backoff, CommitResult, Verdict, retry_call
+from framework.retry import commit_with_reconciliation as reconciling
+
+
+def commit_with_reconciliation(
+    commit: Callable[[], object], **kwargs: object
+) -> CommitResult[object]:
+    """The toolkit's reconciliation with what the Delta commit sequence gives it: delta-rs's
+    commit errors, and S3's for the reads that reconcile."""
+    kwargs.setdefault("classify", classify_delta_commit_error)
+    kwargs.setdefault("read_classify", STAGING_ERRORS)
+    return reconciling(commit, **kwargs)  # type: ignore[arg-type]
 
 
 def client_error(status: int, code: str, operation: str = "PutObject") -> ClientError:
@@ -395,6 +400,6 @@ def test_retryable_commit_error_is_retried_without_reading() -> None:
 def test_upload_classifier_tells_throttling_to_the_rate_limiter(
     err: BaseException, retryable: bool, throttled: bool
 ) -> None:
-    verdict = S3UploadErrorClassifier().classify(err)
+    verdict = STAGING_ERRORS.classify(err)
     assert (verdict.retryable, verdict.throttled) == (retryable, throttled)
     assert not verdict.caused_by_entries  # a refused part is never the data's fault

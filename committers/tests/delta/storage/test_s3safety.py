@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 
-from committers.delta.storage._retry import Backoff
 from committers.delta.storage._s3safety import (
     PROBE_DIR,
     PROCESS_CACHE,
@@ -17,6 +16,7 @@ from committers.delta.storage._s3safety import (
 )
 from committers.delta.storage._storage import TableLocation
 from framework.errors import LocationNotWritableError, UnsafeStorageError
+from framework.retry import Backoff
 from integration_tests._fault_proxy import FaultProxy
 from integration_tests._s3server import S3Server, free_port
 
