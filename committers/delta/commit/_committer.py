@@ -18,6 +18,7 @@ the snapshot it read, or fails and is reconciled, then retried on a fresh snapsh
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -1154,19 +1155,18 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             )
             tags = None if metadata is None else {IDENTITY_TAG: "true"}
             crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
+            commit_for = functools.partial(
+                _identity_commit_lines,
+                adds,
+                txn=txn,
+                custom_metadata=properties.custom_metadata or {},
+                partition_by=view.metadata.get("partitionColumns") or [],
+                metadata_action=metadata,
+                tags=tags,
+            )
             try:
                 outcome = self._appender.append(
-                    _append_identity(epoch),
-                    lambda now, view=view, metadata=metadata, tags=tags: commit_lines(
-                        adds,
-                        txn=txn,
-                        custom_metadata=properties.custom_metadata or {},
-                        partition_by=view.metadata.get("partitionColumns") or [],
-                        now_ms=now,
-                        metadata_action=metadata,
-                        tags=tags,
-                    ),
-                    metadata=metadata,
+                    _append_identity(epoch), commit_for, metadata=metadata
                 )
             except AppendConflict as conflict:  # re-read and re-check on the newer version
                 log.info("%s meets a concurrent commit: %s", _described(epoch), conflict)
@@ -1180,6 +1180,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             f"{self._location.uri} to commits that changed its metadata; nothing was "
             "committed and restarting is safe."
         )
+
+
+def _identity_commit_lines(adds: list[dict[str, Any]], now_ms: int, **keywords: Any) -> bytes:
+    """:func:`commit_lines` with the time last (what the log writer calls it with)."""
+    return commit_lines(adds, now_ms=now_ms, **keywords)
 
 
 def _append_identity(epoch: Epoch) -> AppendIdentity:
