@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from framework.sink import Epoch
+    from framework.sink import Epoch, InputPlan
 
-__all__ = ["SparkStager", "StagesWithSpark", "is_connect_dataframe"]
+__all__ = ["PlansEachBatch", "SparkStager", "StagesWithSpark", "is_connect_dataframe"]
 
 
 def is_connect_dataframe(df: Any) -> bool:
@@ -37,4 +37,14 @@ class SparkStager(Protocol):
 class StagesWithSpark(Protocol):
     def spark_stager(self, df: DataFrame) -> SparkStager | None:
         """The stager for batches like ``df``, or None to stage through Python writers."""
+        ...
+
+
+@runtime_checkable
+class PlansEachBatch(Protocol):
+    def batch_input_plan(self, df: DataFrame) -> InputPlan | None:
+        """The input plan of the batch ``df`` (asked right before it is staged, after its
+        replay check), used instead of ``Sink.input_plan()``: for rules whose expressions
+        depend on the destination's state at that moment or on ``df`` itself (identity values
+        reserved per batch, say)."""
         ...

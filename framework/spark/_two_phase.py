@@ -30,7 +30,7 @@ from framework.spark._errors import (
     translate_task_error,
 )
 from framework.spark._metrics import BatchMetrics
-from framework.spark._native import StagesWithSpark, is_connect_dataframe
+from framework.spark._native import PlansEachBatch, StagesWithSpark, is_connect_dataframe
 from framework.spark._plan import apply_input_plan
 from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
 from framework.spark._tasks import TASK_RESULT_SCHEMA, make_task_function, positional_names
@@ -482,7 +482,10 @@ class TwoPhaseSink:
         """Run the writers; return the committables of successful attempts, the rows they
         wrote and their writers' counters, summed."""
         serializer = self.sink.committable_serializer()
-        plan = self.sink.input_plan()
+        if isinstance(self.sink, PlansEachBatch):
+            plan = self.sink.batch_input_plan(df)
+        else:
+            plan = self.sink.input_plan()
         if plan is not None:
             df = apply_input_plan(df, plan)
         stager = self.sink.spark_stager(df) if isinstance(self.sink, StagesWithSpark) else None

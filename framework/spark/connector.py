@@ -10,6 +10,7 @@ Writing:
     (casts, renames, row checks as Spark expressions); :func:`arrow_schema_of` is the Arrow
     schema a sink is prepared with for rows of a Spark schema; :class:`SparkStager` and
     :class:`StagesWithSpark` let a sink stage a batch with Spark's own writers;
+    :class:`PlansEachBatch` lets a sink plan each batch's rows right before it is staged;
     :class:`SinkBatchWriter` / :class:`SinkStreamWriter` run a sink behind
     ``df.write.format(...)`` / ``df.writeStream.format(...)``.
 Running Spark jobs for a sink:
@@ -31,7 +32,12 @@ Importing this module imports pyspark.
 from framework.spark._errors import translate_task_error
 from framework.spark._files import parquet_files
 from framework.spark._format_writer import SinkBatchWriter, SinkStreamWriter
-from framework.spark._native import SparkStager, StagesWithSpark, is_connect_dataframe
+from framework.spark._native import (
+    PlansEachBatch,
+    SparkStager,
+    StagesWithSpark,
+    is_connect_dataframe,
+)
 from framework.spark._plan import apply_input_plan
 from framework.spark._quiesce import staging_job_group, wait_for_tasks_to_end
 from framework.spark._source import BoundedSourceReader, register_data_source
@@ -43,6 +49,7 @@ __all__ = [
     "BoundedSourceReader",
     "FileDiscovery",
     "FileStreamReader",
+    "PlansEachBatch",
     "SinkBatchWriter",
     "SinkStreamWriter",
     "SparkStager",

@@ -119,6 +119,7 @@ def test_connector_apis_are_pinned():
         "BoundedSourceReader",
         "FileDiscovery",
         "FileStreamReader",
+        "PlansEachBatch",
         "SinkBatchWriter",
         "SinkStreamWriter",
         "SparkStager",

@@ -18,6 +18,7 @@ the snapshot it read, or fails and is reconciled, then retried on a fresh snapsh
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -43,6 +44,7 @@ from committers.delta.commit._log_append import (
     AppendIdentity,
     LogAppender,
     LogStore,
+    LogView,
     adds_columns,
     commit_lines,
     shape_of,
@@ -67,7 +69,17 @@ from committers.delta.storage._staging import (
 )
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.storage._upload import abort_incomplete_uploads
-from committers.delta.table._protocol import UnsupportedTableFeatureError, check_replaceable
+from committers.delta.table._identity import (
+    IDENTITY_FEATURE,
+    IDENTITY_TAG,
+    advanced_metadata,
+    high_water_marks,
+)
+from committers.delta.table._protocol import (
+    UnsupportedTableFeatureError,
+    check_appends_only,
+    check_replaceable,
+)
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere, with_replace_where
 from committers.delta.table._rules import TableShape, WritePlan, new_table_schema, plan_write
 from committers.delta.table._schema import (
@@ -119,6 +131,9 @@ COMMIT_BACKOFF = Backoff(max_attempts=5, initial_delay=0.2, max_delay=5.0, deadl
 #: would have rebased it (up to 15 times) on its own.
 ONE_OFF_BACKOFF = Backoff(max_attempts=16, initial_delay=0.05, max_delay=2.0, deadline=60.0)
 LOG_CLEANUP_EVERY = 100
+#: Re-checks of an identity table's commit against concurrent metadata changes (each one a
+#: commit that landed first, e.g. another writer's identity values).
+IDENTITY_COMMIT_ATTEMPTS = 16
 RECENT_HISTORY = 256  # commits searched for other writers' app ids (once per new checkpoint)
 
 
@@ -409,6 +424,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         epoch = committable.epoch
 
         def attempt(number: int) -> None:
+            if self._commits_identity_table():  # delta-rs refuses these tables
+                self._append_to_identity_table(committable)
+                return
             if self._append_through_log(committable):
                 return
             # Right after is_committed() refreshed the handle for this epoch, a second refresh
@@ -809,15 +827,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             self._appender.mark_rules_checked(view)
         properties = self._commit_properties(committable)
         adds = [_add_entry(f) for f in committable.files]
-        me = AppendIdentity(
-            epoch.app_id,
-            epoch.epoch_id,
-            epoch.run_id,
-            epoch.writer_identity,
-            app_key=COMMIT_APP_ID,
-            epoch_key=COMMIT_EPOCH_ID,
-            run_key=COMMIT_RUN_ID,
-        )
+        me = _append_identity(epoch)
         crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
         try:
             outcome = self._appender.append(
@@ -953,6 +963,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 input can no longer be written at all.
         """
         self._check_replaceable(dict(shape.configuration), epoch)
+        if self._replaces_all(epoch):
+            check_appends_only(shape.features, self._location.uri, "output_mode='complete'")
         current = plan_write(
             shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
         )
@@ -1058,6 +1070,129 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
     def abort(self, epoch: Epoch) -> None:
         """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
         self.clean_up(epoch)
+
+    # -- tables with identity columns (see table/_identity.py) ----------------------------
+
+    def _commits_identity_table(self) -> bool:
+        return IDENTITY_FEATURE in self._plan.shape.features
+
+    def identity_marks(self) -> dict[str, int | None]:
+        """Each identity column's high-water mark (``None``: no value generated yet) at the
+        table's newest version, read from the log view (one probe when it is current).
+
+        Raises:
+            UnsupportedTableFeatureError: see :meth:`_identity_view`.
+        """
+        return high_water_marks(self._identity_view().metadata["schemaString"])
+
+    def _identity_view(self) -> LogView:
+        """The log view of a table with identity columns, which only this committer's log
+        writer can commit to (delta-rs refuses the feature).
+
+        Raises:
+            UnsupportedTableFeatureError: the log cannot be written here: a storage other than
+                a local file system or S3, a checkpoint format the view does not read, or
+                writer features the log writer does not write.
+        """
+        view = None if self._appender is None else self._appender.current()
+        reason = (
+            f"its storage ({self._location.uri}) is neither local nor S3"
+            if self._appender is None
+            else "its log cannot be followed here (a v2 checkpoint, say)"
+            if view is None
+            else unsupported_by_append(view, honoured=frozenset({IDENTITY_FEATURE}))
+        )
+        if view is None or reason is not None:
+            raise UnsupportedTableFeatureError(
+                f"cannot append to {self._location.uri}: it has identity columns (writer "
+                f"feature {IDENTITY_FEATURE}), which only the sink's own log writer commits "
+                f"(delta-rs refuses them), and it cannot here: {reason}. Nothing was "
+                "committed; write this table with delta-spark."
+            )
+        return view
+
+    def _append_to_identity_table(self, committable: DeltaCommittable) -> None:
+        """Commit the epoch's files to a table with identity columns through the log writer:
+        adds, txn, and the ``metaData`` advancing the marks of the columns whose values the
+        batch generated (tagged as delta-spark tags such commits). A commit that lands first
+        is checked as Delta's rules say: a change of the marks alone is re-checked against the
+        values written (:func:`~committers.delta.table._identity.advanced_metadata`), any
+        other rule change fails the batch (``_check_plan``).
+
+        Raises:
+            IdentityRangeTakenError: another writer generated values in this batch's range.
+            CommitConflictError, UnsupportedTableFeatureError, SchemaMismatchError: as
+                ``_check_plan``; or every attempt lost its race.
+            OSError and storage errors: the outcome is unknown (the caller reconciles).
+        """
+        assert self._appender is not None
+        epoch = committable.epoch
+        shape = self._plan.shape
+        physical = {f.name: f.physical_name for f in shape.schema.fields}
+        partition_keys = {
+            name: physical[name] if shape.column_mapping else name for name in shape.partition_by
+        }
+        properties = self._commit_properties(committable)
+        adds = [_add_entry(f) for f in committable.files]
+        txn = None if epoch.one_off else (epoch.app_id, epoch.epoch_id)
+        for _ in range(IDENTITY_COMMIT_ATTEMPTS):
+            view = self._identity_view()
+            replayed = txn is not None and view.txns.get(epoch.app_id, -1) >= epoch.epoch_id
+            if replayed and self._holds(self.table(), epoch):
+                return
+            self._check_plan(shape_of(view), epoch)
+            metadata = advanced_metadata(
+                view.metadata,
+                self._plan.generated_identity,
+                committable.files,
+                partition_keys,
+                self._location.uri,
+            )
+            tags = None if metadata is None else {IDENTITY_TAG: "true"}
+            crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
+            commit_for = functools.partial(
+                _identity_commit_lines,
+                adds,
+                txn=txn,
+                custom_metadata=properties.custom_metadata or {},
+                partition_by=view.metadata.get("partitionColumns") or [],
+                metadata_action=metadata,
+                tags=tags,
+            )
+            try:
+                outcome = self._appender.append(
+                    _append_identity(epoch), commit_for, metadata=metadata
+                )
+            except AppendConflict as conflict:  # re-read and re-check on the newer version
+                log.info("%s meets a concurrent commit: %s", _described(epoch), conflict)
+                continue
+            crash_point("commit_written", epoch.epoch_id)
+            self._maintenance.committed(outcome.version, view.configuration)
+            self._remember(committable, version=outcome.version)
+            return
+        raise CommitConflictError(
+            f"{_described(epoch)} lost {IDENTITY_COMMIT_ATTEMPTS} commit races in a row on "
+            f"{self._location.uri} to commits that changed its metadata; nothing was "
+            "committed and restarting is safe."
+        )
+
+
+def _identity_commit_lines(adds: list[dict[str, Any]], now_ms: int, **keywords: Any) -> bytes:
+    """:func:`commit_lines` with the time last (what the log writer calls it with)."""
+    return commit_lines(adds, now_ms=now_ms, **keywords)
+
+
+def _append_identity(epoch: Epoch) -> AppendIdentity:
+    """Who the epoch's commit is, for the log writer's conflict rules."""
+    return AppendIdentity(
+        epoch.app_id,
+        epoch.epoch_id,
+        epoch.run_id,
+        epoch.writer_identity,
+        app_key=COMMIT_APP_ID,
+        epoch_key=None if epoch.one_off else COMMIT_EPOCH_ID,
+        run_key=COMMIT_RUN_ID,
+    )
 
 
 def _described(epoch: Epoch) -> str:

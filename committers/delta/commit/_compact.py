@@ -79,7 +79,7 @@ from committers.delta.storage._s3safety import verify_conditional_put
 from committers.delta.storage._staging import remove_empty_staging_dirs, write_manifest
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import walk
-from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._protocol import UnsupportedTableFeatureError, check_appends_only
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
 from committers.delta.table._schema import HIVE_NULL
 from committers.delta.table._snapshot import Snapshot, reader_features
@@ -352,6 +352,7 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
         ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
     """
     # The sink's own refusal first (identity columns, row tracking, unknown features, ...).
+    check_appends_only(shape.features, uri, "compaction")
     layout = plan_write(shape, shape.arrow_schema(), "strict", uri).layout
     reader_features = set(table.protocol().reader_features or ())
     if "deletionVectors" in shape.features or "deletionVectors" in reader_features:

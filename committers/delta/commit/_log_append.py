@@ -258,9 +258,11 @@ def parse_commit(version: int, raw: bytes) -> LogCommit:
     return LogCommit(version, protocol, metadata, txns, info)
 
 
-def unsupported_by_append(view: LogView) -> str | None:
-    """Why ``view``'s table needs more than :func:`append` writes, or ``None``."""
-    needed = sorted(view.writer_features & _APPEND_UNSUPPORTED)
+def unsupported_by_append(view: LogView, *, honoured: frozenset[str] = frozenset()) -> str | None:
+    """Why ``view``'s table needs more than :func:`append` writes, or ``None``; the writer
+    features in ``honoured`` are the caller's to honour (identity columns: the caller brings
+    the metaData action that advances their marks)."""
+    needed = sorted(view.writer_features & (_APPEND_UNSUPPORTED - honoured))
     if needed:
         return f"writer features {', '.join(needed)}"
     if str(view.configuration.get("delta.enableInCommitTimestamps", "")).lower() == "true":
@@ -276,9 +278,10 @@ class AppendIdentity:
     epoch_id: int
     run_id: str
     writer_identity: str
-    #: commitInfo keys naming the app id, the epoch and the run
+    #: commitInfo keys naming the app id, the epoch and the run (``epoch_key`` ``None``: a
+    #: one-off write, whose commitInfo names its run only; its run id is its own)
     app_key: str
-    epoch_key: str
+    epoch_key: str | None
     run_key: str
 
 
@@ -299,7 +302,9 @@ def conflict_of(commit: LogCommit, me: AppendIdentity) -> str | None:
 def is_our_commit(commit: LogCommit, me: AppendIdentity) -> bool:
     """``commit`` is this very append (a PUT that landed although its answer was lost)."""
     info = commit.info
-    return info.get(me.run_key) == me.run_id and info.get(me.epoch_key) == str(me.epoch_id)
+    if info.get(me.run_key) != me.run_id:
+        return False
+    return me.epoch_key is None or info.get(me.epoch_key) == str(me.epoch_id)
 
 
 def commit_lines(
@@ -309,6 +314,8 @@ def commit_lines(
     custom_metadata: Mapping[str, Any],
     partition_by: Sequence[str],
     now_ms: int,
+    metadata_action: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> bytes:
     """The commit file delta-rs 1.6 writes for ``create_write_transaction(adds, mode="append",
     partition_by=..., commit_properties=CommitProperties(app_transactions=[txn],
@@ -316,7 +323,11 @@ def commit_lines(
     with delta-rs's ``mode`` and ``partitionBy``, its engine and client version, our keys),
     the ``add`` actions in the order given (paths spelled as delta-rs spells them), then the
     ``txn``, which delta-rs writes without ``lastUpdated``. delta-rs orders the keys of the
-    commitInfo by hash; here they come in a fixed order."""
+    commitInfo by hash; here they come in a fixed order.
+
+    ``metadata_action``: a ``metaData`` action to commit too (written after the commitInfo, as
+    delta-spark does), e.g. one advancing identity high-water marks; ``tags``: the
+    commitInfo's ``tags`` (delta-spark's, such as ``delta.identity.schemaUpdate``)."""
     metadata = dict(custom_metadata)
     parameters = {
         **(metadata.pop("operationParameters", None) or {}),
@@ -335,7 +346,11 @@ def commit_lines(
         "clientVersion": CLIENT_VERSION,
         **dict(sorted(metadata.items())),
     }
+    if tags:
+        info["tags"] = dict(tags)
     lines: list[dict[str, Any]] = [{"commitInfo": info}]
+    if metadata_action is not None:
+        lines.append({"metaData": dict(metadata_action)})
     lines += [{"add": _add_entry(add)} for add in adds]
     if txn is not None:
         lines.append({"txn": {"appId": txn[0], "version": txn[1]}})
@@ -504,12 +519,14 @@ def append(
     commit_for: Callable[[int], bytes],
     *,
     max_races: int = MAX_RACES,
+    metadata: dict[str, Any] | None = None,
 ) -> AppendOutcome:
     """Commit a blind append at the version after ``view``'s (its read version: the caller has
     checked the replay and the table's rules on it), advancing ``view`` past every commit that
     wins a race meanwhile; the view then holds our commit too.
 
-    ``commit_for(now_ms)`` returns the commit file's bytes.
+    ``commit_for(now_ms)`` returns the commit file's bytes; ``metadata``: the ``metaData``
+    action they carry, if any (the view takes it on once the commit lands).
 
     Raises:
         AppendConflict: a commit after the read version conflicts (:func:`conflict_of`);
@@ -521,7 +538,8 @@ def append(
     while True:
         version = view.version + 1
         if store.put_if_absent(f"{version:020d}.json", commit_for(int(time.time() * 1000))):
-            view.apply(LogCommit(version, None, None, {me.app_id: me.epoch_id}, {}))
+            txns = {} if me.epoch_key is None else {me.app_id: me.epoch_id}  # one-off: no txn
+            view.apply(LogCommit(version, None, metadata, txns, {}))
             return AppendOutcome(version, races)
         races += 1
         winners = view.advance(store)
@@ -588,7 +606,12 @@ class LogAppender:
     def mark_rules_checked(self, view: LogView) -> None:
         self._rules_checked_on = (view.protocol, view.metadata)
 
-    def append(self, me: AppendIdentity, commit_for: Callable[[int], bytes]) -> AppendOutcome:
+    def append(
+        self,
+        me: AppendIdentity,
+        commit_for: Callable[[int], bytes],
+        metadata: dict[str, Any] | None = None,
+    ) -> AppendOutcome:
         """:func:`append` on the current view (advanced by :meth:`current` first).
 
         Raises:
@@ -597,7 +620,7 @@ class LogAppender:
         """
         assert self._view is not None, "current() first"
         try:
-            return append(self._store, self._view, me, commit_for)
+            return append(self._store, self._view, me, commit_for, metadata=metadata)
         except AppendConflict:
             raise
         except BaseException:
@@ -623,5 +646,5 @@ def adds_columns(
             staging).
     """
     current = shape.arrow_schema()
-    merged = merge_schemas(current, input_schema, mode, shape.generated_columns, spelling)
+    merged = merge_schemas(current, input_schema, mode, shape.computed_columns, spelling)
     return len(merged) > len(current)

@@ -218,6 +218,8 @@ def _rules_needing_sql(shape: TableShape) -> list[str]:
         rules.append("CHECK constraints " + ", ".join(name for name, _ in shape.constraints))
     if shape.generated_columns:
         rules.append("generated columns " + ", ".join(sorted(shape.generated_columns)))
+    if shape.identity_columns:
+        rules.append("identity columns " + ", ".join(c.name for c in shape.identity_columns))
     if shape.column_mapping:
         rules.append("column mapping")
     if "invariants" in shape.features and any(f.invariant for _, f in walk(shape.schema)):

@@ -18,6 +18,7 @@ __all__ = [
     "ENFORCED_FEATURES",
     "TableFeatures",
     "UnsupportedTableFeatureError",
+    "check_appends_only",
     "check_replaceable",
 ]
 
@@ -41,6 +42,8 @@ ENFORCED_FEATURES = {
     "generatedColumns": "computed when absent, checked when given",
     "columnMapping": "files, stats and partition values use physical names and field ids",
     "changeDataFeed": "appends need no change files (their adds are the change data)",
+    "identityColumns": "appends generate values beyond each column's high-water mark and "
+    "advance it in their commit; operations that remove rows are refused",
     "deletionVectors": "appends add no deletion vectors",
     "timestampNtz": "written as Parquet timestamps without time zone",
     "v2Checkpoint": "checkpoints are written by delta-rs in the table's format",
@@ -52,10 +55,6 @@ ENFORCED_FEATURES = {
 
 # Why the others are refused (delta-rs cannot commit to these tables either).
 _REFUSED_FEATURES = {
-    "identityColumns": "identity columns need values generated beyond the column's "
-    "delta.identity.highWaterMark and a metaData action advancing the mark in the same "
-    "commit; delta-rs 1.6 commits a changed schema only with an overwrite (which removes the "
-    "table's files) and drops it from an append, so the sink cannot write that commit",
     "typeWidening": "type changes are not tracked by this sink's writer",
     "allowColumnDefaults": "column defaults are not filled in by this sink's writer",
     "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
@@ -135,4 +134,25 @@ def check_replaceable(configuration: Mapping[str, str], table_uri: str, operatio
         "written. Append to it (mode='append'), or, if rows may be removed, unset the "
         f"property first (delta-spark: ALTER TABLE ... SET TBLPROPERTIES ('{APPEND_ONLY}' = "
         "'false'))."
+    )
+
+
+def check_appends_only(features: TableFeatures, table_uri: str, operation: str) -> None:
+    """Refuse an ``operation`` other than an append (an overwrite, complete mode, an upsert, a
+    compaction) on a table with identity columns, before anything is staged: delta-rs 1.6
+    refuses to commit to such tables, and only the sink's own log writer commits there, for
+    appends.
+
+    Raises:
+        UnsupportedTableFeatureError: the table enables ``identityColumns``.
+    """
+    if "identityColumns" not in features:
+        return
+    raise UnsupportedTableFeatureError(
+        f"{operation} cannot write {table_uri}: the table has identity columns (writer feature "
+        "identityColumns), and the sink writes such tables by appending only (its appends "
+        "generate the values and advance the high-water marks); delta-rs, which commits the "
+        "sink's other operations, refuses the feature. Nothing was written. Append to it "
+        "(mode='append'), or run this operation with delta-spark (MERGE, INSERT OVERWRITE, "
+        "OPTIMIZE)."
     )

@@ -37,6 +37,13 @@ from committers.delta.table._delta_schema import (
     spark_type,
     walk,
 )
+from committers.delta.table._identity import (
+    IDENTITY_FEATURE,
+    IdentityColumn,
+    check_explicit_values,
+    identity_columns,
+    placeholder_sql,
+)
 from committers.delta.table._protocol import TableFeatures
 from committers.delta.table._schema import (
     HIVE_NULL,
@@ -132,6 +139,15 @@ class TableShape:
             return frozenset()
         return frozenset(f.name for f in self.schema.fields if f.generation_expression)
 
+    @property
+    def identity_columns(self) -> tuple[IdentityColumn, ...]:
+        return identity_columns(self.schema, IDENTITY_FEATURE in self.features)
+
+    @property
+    def computed_columns(self) -> frozenset[str]:
+        """Columns the sink fills in when the input lacks them: generated and identity ones."""
+        return self.generated_columns | {c.name for c in self.identity_columns}
+
 
 def new_table_schema(input_schema: pa.Schema) -> pa.Schema:
     """The schema of a table the sink creates for ``input_schema``: every column and nested
@@ -174,6 +190,16 @@ class WritePlan:
     input_plan: InputPlan
     layout: FileLayout
 
+    @property
+    def generated_identity(self) -> tuple[IdentityColumn, ...]:
+        """The identity columns whose values each batch generates (those the input lacks):
+        their planned expressions are placeholders until the batch's values are reserved
+        (:func:`~committers.delta.table._identity.with_generated_values`)."""
+        planned = {c.name: c.expression for c in self.input_plan.columns}
+        return tuple(
+            c for c in self.shape.identity_columns if planned.get(c.name) == placeholder_sql(c)
+        )
+
 
 def plan_write(
     shape: TableShape,
@@ -196,8 +222,9 @@ def plan_write(
     except ValueError as err:  # a Delta type the sink has no spelling for (variant, ...)
         raise UnsupportedTypeError(f"table {table_uri} cannot be written: {err}") from err
     merged = merge_schemas(
-        table_schema, input_schema, schema_mode, shape.generated_columns, spelling
+        table_schema, input_schema, schema_mode, shape.computed_columns, spelling
     )
+    check_explicit_values(shape.identity_columns, input_schema.names, table_uri)
     added = [f for f in merged if f.name not in shape.schema.names]
     if added and shape.column_mapping:
         raise SchemaMismatchError(
@@ -205,6 +232,13 @@ def plan_write(
             "mapping and delta-rs cannot add columns to such a table. Add the columns with "
             "an engine that can (ALTER TABLE ... ADD COLUMNS in delta-spark), or drop them "
             "from the input."
+        )
+    if added and shape.identity_columns:
+        raise SchemaMismatchError(
+            f"the input has new columns {[f.name for f in added]}, but {table_uri} has "
+            "identity columns, and the sink commits to such tables by appending rows only. Add "
+            "the columns with delta-spark (ALTER TABLE ... ADD COLUMNS), or drop them from the "
+            "input."
         )
     if added:
         new_fields = parse_arrow_schema(pa.schema(added)).fields
@@ -239,6 +273,8 @@ def _defined_column(
             expression = f"CAST({expression} AS {spark_type(f.type, physical=False)})"
     elif f.name in shape.generated_columns:
         expression = f"CAST(({f.generation_expression}) AS {spark_type(f.type, physical=False)})"
+    elif f.is_identity and IDENTITY_FEATURE in shape.features:
+        expression = placeholder_sql(IdentityColumn.of(f))  # values reserved per batch
     else:
         expression = f"CAST(NULL AS {spark_type(f.type, physical=False)})"
     return PlannedColumn(name=f.name, expression=expression)

@@ -1,11 +1,12 @@
 """The sink writes into tables delta-spark made: created by ``CREATE TABLE ... USING delta``
 (or delta-spark's DataFrame writer) with CHECK constraints, NOT NULL, generated columns,
-identity columns, column mapping with renamed and dropped columns, deletion vectors, the change
+column mapping with renamed and dropped columns, deletion vectors, the change
 data feed, type widening, row tracking, liquid clustering, v2 checkpoints and in-commit
 timestamps. For each, the sink's append, upsert, overwrite and compaction either work (the rows
 read back by delta-spark, and by deltalake and/or DuckDB, are exactly the expected ones, and
 delta-spark still enforces the table's rules) or are refused before anything is written, with
-an error naming the feature."""
+an error naming the feature. Identity columns have their own module,
+``test_interop_delta_spark_identity.py``."""
 
 from __future__ import annotations
 
@@ -446,12 +447,6 @@ def test_v2_checkpoints(delta_spark, tmp_path):
 
 # Features the sink refuses: the table delta-spark makes, and the feature the error must name.
 REFUSED = {
-    "identity": (
-        "id BIGINT, v INT, k BIGINT GENERATED ALWAYS AS IDENTITY",
-        (),
-        "",
-        "identityColumns",
-    ),
     "type widening": (
         "id BIGINT, v INT",
         ("ALTER TABLE {t} ALTER COLUMN v TYPE BIGINT",),

@@ -23,6 +23,7 @@ from framework.errors import (
     CommitConflictError,
     ConstraintViolationError,
     NullConstraintError,
+    SchemaMismatchError,
     UnsupportedTypeError,
 )
 
@@ -275,7 +276,6 @@ def _hand_written_table(
 @pytest.mark.parametrize(
     "features",
     [
-        ["identityColumns"],
         ["typeWidening"],
         ["allowColumnDefaults"],
         ["rowTracking", "domainMetadata"],
@@ -322,13 +322,53 @@ def test_a_variant_column_is_refused_by_type(spark, place):
     assert place.table(uri).version() == 0
 
 
-def test_legacy_writer_version_6_means_identity_columns(spark, place):
-    uri = _hand_written_table(place, "v6", {"minReaderVersion": 1, "minWriterVersion": 6})
-    with pytest.raises(
-        UnsupportedTableFeatureError,
-        match=r"identityColumns \(implied by legacy writer version 6\)",
-    ):
-        place.sink(uri).write(_frame(spark, [(1,)], "id BIGINT"))
+_IDENTITY_SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {
+                "name": "id",
+                "type": "long",
+                "nullable": True,
+                "metadata": {
+                    "delta.identity.start": 1,
+                    "delta.identity.step": 1,
+                    "delta.identity.allowExplicitInsert": False,
+                },
+            },
+            {"name": "v", "type": "long", "nullable": True, "metadata": {}},
+        ],
+    }
+)
+
+
+def _identity_mark(place: Place, uri: str) -> int | None:
+    fields = json.loads(place.table(uri).schema().to_json())["fields"]
+    return fields[0]["metadata"].get("delta.identity.highWaterMark")
+
+
+def test_legacy_writer_version_6_means_identity_columns_whose_values_appends_generate(spark, place):
+    """Writer version 6 implies identity columns: the sink's log writer (local and S3) commits
+    the generated values with the metaData that advances the mark, twice."""
+    uri = _hand_written_table(
+        place, "v6", {"minReaderVersion": 1, "minWriterVersion": 6}, _IDENTITY_SCHEMA
+    )
+    place.sink(uri).write(_frame(spark, [(10,), (11,)], "v BIGINT"))
+    assert _identity_mark(place, uri) == 2
+    place.sink(uri).write(_frame(spark, [(12,)], "v BIGINT"), epoch_id=1)
+    assert place.table(uri).version() == 2
+    # the one row is in the second of the DataFrame's two partitions: value 3 + 1 (a gap)
+    assert _identity_mark(place, uri) == 4
+    assert place.rows(uri) == [{"id": 1, "v": 10}, {"id": 2, "v": 11}, {"id": 4, "v": 12}]
+
+
+def test_new_columns_for_an_identity_table_are_refused(spark, tmp_path):
+    place = Place(str(tmp_path))
+    uri = _hand_written_table(
+        place, "v6", {"minReaderVersion": 1, "minWriterVersion": 6}, _IDENTITY_SCHEMA
+    )
+    with pytest.raises(SchemaMismatchError, match=r"new columns \['x'\].*identity columns"):
+        place.sink(uri, schema_mode="merge").write(_frame(spark, [(1, 2)], "v BIGINT, x INT"))
     assert place.table(uri).version() == 0
 
 
