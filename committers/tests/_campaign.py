@@ -385,7 +385,7 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
 
     from committers.delta.storage._staging import STAGING_DIR
     from committers.delta.storage._storage import TableLocation
-    from committers.delta.table._table import remove_orphan_files
+    from committers.delta.table._table import referenced_paths, remove_orphan_files
     from committers.tests._readers import duckdb_rows
 
     location = TableLocation.of(table.uri, table.check_options)
@@ -406,8 +406,9 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
         report.duplicates = max(report.duplicates, sum(n - 1 for n in counts.values()))
         report.lost = max(report.lost, len(expected - set(counts)))
         report.unexpected = max(report.unexpected, len(set(counts) - expected))
-    # file_uris() are URLs (s3://bucket/key, file:///path); listings are fsspec paths.
-    committed = {location.relative(uri.split("://", 1)[-1]) for uri in dt.file_uris()}
+    # Files the log references: live ones, and those compaction replaced (kept for time
+    # travel until VACUUM).
+    committed = referenced_paths(location)
     on_store = [location.relative(path) for path in location.filesystem().find(location.path())]
     stray = {
         path
