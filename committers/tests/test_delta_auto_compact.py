@@ -16,7 +16,6 @@ from deltalake import DeltaTable
 
 from committers.delta import DeltaSink, register
 from committers.delta.commit._compact import COMMIT_OPERATION
-from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._table import referenced_paths
 from committers.delta.write import AutoCompact
@@ -259,4 +258,3 @@ def test_a_driver_killed_inside_and_after_a_compaction_leaves_it_exact_and_done_
     assert _live_files(uri) == 3
     assert _ids(uri) == list(range(source.next_id))  # sorted: a duplicate would show
     _assert_no_leftovers(uri)
-

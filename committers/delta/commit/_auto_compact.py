@@ -27,9 +27,10 @@ landed is not redone (its output is not due), one that did not runs again. Its s
 are named by a manifest under ``_sink_staging/sink-compaction/auto-<app id>/0/``: at its first
 batch a process settles the runs found there (killed ones of this writer's earlier
 processes): of a run's files, those the log references (its commit landed) are kept, the
-others deleted, then the manifest. A zombie (an earlier process of the same writer still running) whose
-run is reclaimed fails its commit: right before committing, a compaction checks that its
-manifest still exists.
+others deleted, then the manifest. A zombie (an earlier process of the same writer, still
+running) whose run was settled so fails its commit: right before committing, a compaction
+checks that its manifest still exists (a narrow window remains between that check and the
+commit request).
 
 Not under Spark Connect (compaction runs Spark tasks from the driver's SparkContext): there it
 is skipped with one warning per process.
@@ -40,7 +41,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -106,7 +107,7 @@ class AutoCompactor:
         self._warned_no_spark = False
         self.last_result: CompactionResult | None = None  # of the last compaction run here
 
-    def committed(self, files: list[StagedFile]) -> None:
+    def committed(self, files: Iterable[StagedFile]) -> None:
         """Count the small files a commit of this writer added."""
         if self._counts is None:
             return  # counted from the table at the next batch's end
@@ -251,6 +252,6 @@ def _small_files(table: DeltaTable | None, small: int) -> Counter[PartitionKey]:
     names = [n[len(_PARTITION_PREFIX) :] for n in columns]
     for index, size in enumerate(actions.column("size_bytes").to_pylist()):
         if size < small:
-            spelled = {c: serialize_partition_value(v[index]) for c, v in zip(names, values)}
-            counts[_partition(spelled)] += 1
+            spelled = zip(names, (serialize_partition_value(v[index]) for v in values), strict=True)
+            counts[_partition(dict(spelled))] += 1
     return counts

@@ -27,8 +27,9 @@ class AutoCompact:
     Attributes:
         enabled: ``None`` (default): streaming writes compact, bounded ``write(df)`` calls do
             not; ``True``: every write; ``False``: none.
-        min_num_files: a compaction runs once a partition of the table (the table, unpartitioned) holds at
-            least this many small files (delta-spark's ``autoCompact.minNumFiles``, 50).
+        min_num_files: a compaction runs once a partition of the table (or the table, when
+            unpartitioned) holds at least this many small files (delta-spark's
+            ``autoCompact.minNumFiles``, 50).
         max_file_size: bytes per file the compaction writes (delta-spark's
             ``autoCompact.maxFileSize``); ``None``: the sink's ``target_file_size`` (128 MiB).
         min_file_size: files smaller than this many bytes are small: counted, and rewritten by
