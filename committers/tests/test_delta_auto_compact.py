@@ -19,7 +19,7 @@ from committers.delta.commit._compact import COMMIT_OPERATION
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._table import referenced_paths
 from committers.delta.write import AutoCompact
-from committers.tests._campaign import _Source, start_driver
+from committers.tests._campaign import AUTO_COMPACT_VARIABLE, _Source, start_driver
 from committers.tests._campaign_driver import AUTO_COMPACT_MIN_FILES
 from committers.tests._delta_helpers import data_files_on_disk, staging_leftovers
 from committers.tests._readers import duckdb_rows
@@ -213,6 +213,7 @@ def _run_driver(source: _Source, uri: str, checkpoint: Path, crash_at: str | Non
         [str(source.directory), uri, str(checkpoint), "auto", "0", "json"],
         crash_log=checkpoint.parent / "crashes.log",
         crash_at=crash_at,
+        env={AUTO_COMPACT_VARIABLE: "1"},
     )
     _, stderr = process.communicate(timeout=300)
     if process.returncode == -signal.SIGKILL:
