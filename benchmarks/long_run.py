@@ -1,13 +1,16 @@
 """Long run: 1,000 micro-batches of a streaming query into one Delta table, to show that
-nothing grows without bound.
+nothing grows without bound, with and without auto-compaction.
 
 Usage: python benchmarks/long_run.py [BATCHES] [--trigger-ms N] [--log-retention DURATION]
+    [--auto-compact on|off|both] [--min-files N] [--window N]
 
 A rate source (200 rows/s) feeds ``TwoPhaseSink(DeltaSink(...)).write_stream`` with a short
-processing-time trigger. Per window of 100 batches it prints the commit latency (p50/p99 of
-``BatchMetrics.commit_ms``), the size of ``_delta_log`` and how many log checkpoints it holds,
-and the resident memory of the Python driver and of the driver JVM. The figures are
-timings: take them on a quiet machine (the 1-minute load average is printed).
+processing-time trigger, once per auto-compaction setting asked (``both``: with it, then
+without, each into its own table). Per window of 100 batches it prints the commit latency
+(p50/p99 of ``BatchMetrics.commit_ms``), the table's live files and the compactions so far,
+the size of ``_delta_log`` and how many log checkpoints it holds, and the resident memory of
+the Python driver and of the driver JVM. The figures are timings: take them on a quiet machine
+(the 1-minute load average is printed).
 """
 
 from __future__ import annotations
@@ -62,6 +65,82 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def live_files(table: Path) -> int:
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(str(table)).file_uris())
+
+
+def compactions(table: Path) -> int:
+    """Commits of the table that are compactions (``sink.operation``)."""
+    from committers.delta.commit._compact import COMMIT_OPERATION
+
+    count = 0
+    for commit in (table / "_delta_log").glob("[0-9]*.json"):
+        with commit.open() as lines:
+            count += any(COMMIT_OPERATION in line and '"commitInfo"' in line for line in lines)
+    return count
+
+
+def run_stream(spark, workdir: Path, args: argparse.Namespace, auto_compact: bool) -> None:  # type: ignore[no-untyped-def]
+    from committers.delta import DeltaSink
+    from committers.delta.write import AutoCompact
+    from framework import TwoPhaseSink
+
+    label = "with" if auto_compact else "without"
+    table = workdir / f"table-{label}-auto-compaction"
+    jvm = driver_jvm_pid()
+    commit_ms: list[float] = []
+    rows: list[int] = []
+    done = threading.Event()
+    print(f"\n{label} auto-compaction (min_num_files={args.min_files}): {table}")
+    print(
+        "batches    commit p50 ms  p99 ms  live files  compactions  log KiB  commits"
+        "  checkpoints  python MiB  jvm MiB"
+    )
+
+    def on_batch(metrics) -> None:  # type: ignore[no-untyped-def]
+        commit_ms.append(metrics.commit_ms)
+        rows.append(metrics.rows)
+        count = len(commit_ms)
+        if count % args.window == 0 or count == args.batches:
+            window = commit_ms[-args.window :]
+            size, commits, checkpoints = log_figures(table)
+            print(
+                f"{max(1, count - args.window + 1):>4}-{count:<5} "
+                f"{statistics.median(window):>12.1f}  {percentile(window, 0.99):>6.1f}"
+                f"  {live_files(table):>10}  {compactions(table):>11}  {size:>7.0f}"
+                f"  {commits:>7}  {checkpoints:>11}  {rss_mib(os.getpid()):>10.0f}"
+                f"  {rss_mib(jvm):>7.0f}",
+                flush=True,
+            )
+        if count >= args.batches:
+            done.set()
+
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 200).load()
+    configuration = {"delta.logRetentionDuration": args.log_retention} if args.log_retention else {}
+    delta_sink = DeltaSink(
+        str(table),
+        app_id=f"long-run-{label}",
+        table_configuration=configuration,
+        auto_compact=AutoCompact(enabled=auto_compact, min_num_files=args.min_files),
+    )
+    sink = TwoPhaseSink(delta_sink, on_batch=on_batch)
+    started = time.monotonic()
+    query = sink.write_stream(
+        stream.selectExpr("value AS id", "timestamp AS ts"),
+        checkpoint_location=str(workdir / f"checkpoint-{label}"),
+        trigger={"processingTime": f"{args.trigger_ms} milliseconds"},
+    )
+    done.wait()
+    query.stop()
+    elapsed = time.monotonic() - started
+    print(
+        f"{len(commit_ms)} batches, {sum(rows)} rows in {elapsed:.0f} s; "
+        f"load average now {os.getloadavg()[0]:.2f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("batches", type=int, nargs="?", default=1000)
@@ -71,54 +150,19 @@ def main() -> None:
         default=None,
         help="delta.logRetentionDuration of the table, e.g. 'interval 1 minute' (default 30 days)",
     )
+    parser.add_argument("--auto-compact", choices=("on", "off", "both"), default="both")
+    parser.add_argument(
+        "--min-files", type=int, default=50, help="AutoCompact(min_num_files=...) (default 50)"
+    )
+    parser.add_argument("--window", type=int, default=WINDOW, help="batches per printed line")
     args = parser.parse_args()
-    from committers.delta import DeltaSink
-    from framework import TwoPhaseSink
 
     print(f"machine: {machine()}; load average at start {os.getloadavg()[0]:.2f}")
     spark = spark_session("long-run")
-    jvm = driver_jvm_pid()
     workdir = Path(tempfile.mkdtemp(prefix="long-run-"))
-    table = workdir / "table"
-    commit_ms: list[float] = []
-    rows: list[int] = []
-    done = threading.Event()
-    header = "batches    commit p50 ms  p99 ms  log KiB  commits  checkpoints  python MiB  jvm MiB"
-    print(header)
-
-    def on_batch(metrics) -> None:  # type: ignore[no-untyped-def]
-        commit_ms.append(metrics.commit_ms)
-        rows.append(metrics.rows)
-        count = len(commit_ms)
-        if count % WINDOW == 0:
-            window = commit_ms[-WINDOW:]
-            size, commits, checkpoints = log_figures(table)
-            print(
-                f"{count - WINDOW + 1:>4}-{count:<5} {statistics.median(window):>12.1f}"
-                f"  {percentile(window, 0.99):>6.1f}  {size:>7.0f}  {commits:>7}"
-                f"  {checkpoints:>11}  {rss_mib(os.getpid()):>10.0f}  {rss_mib(jvm):>7.0f}",
-                flush=True,
-            )
-        if count >= args.batches:
-            done.set()
-
-    stream = spark.readStream.format("rate").option("rowsPerSecond", 200).load()
-    configuration = {"delta.logRetentionDuration": args.log_retention} if args.log_retention else {}
-    delta_sink = DeltaSink(str(table), app_id="long-run", table_configuration=configuration)
-    sink = TwoPhaseSink(delta_sink, on_batch=on_batch)
-    started = time.monotonic()
-    query = sink.write_stream(
-        stream.selectExpr("value AS id", "timestamp AS ts"),
-        checkpoint_location=str(workdir / "checkpoint"),
-        trigger={"processingTime": f"{args.trigger_ms} milliseconds"},
-    )
-    done.wait()
-    query.stop()
-    elapsed = time.monotonic() - started
-    print(
-        f"{len(commit_ms)} batches, {sum(rows)} rows in {elapsed:.0f} s; "
-        f"load average at end {os.getloadavg()[0]:.2f}; table {table}"
-    )
+    settings = {"on": [True], "off": [False], "both": [True, False]}[args.auto_compact]
+    for auto_compact in settings:
+        run_stream(spark, workdir, args, auto_compact)
     spark.stop()
 
 

@@ -11,7 +11,10 @@ epoch: the first batch a run plans, e.g. ``offsets/0`` of a new query), ``replay
 ``staging``, ``before_commit``, ``commit_write``, ``after_commit``, ``clean_up`` and
 ``schema_merge`` (between a schema-merge commit and the data commit); ``commit_written`` (a
 blind append's commit file is in the log, and the committer has not learned it yet) and
-``checkpoint_started`` (a background checkpoint of the Delta log has begun).
+``checkpoint_started`` (a background checkpoint of the Delta log has begun);
+``compaction_commit`` (an auto-compaction between batches has rewritten its files and is
+about to commit them) and ``compaction_committed`` (a compaction's commit is in the log, its
+staging manifest not yet deleted).
 ``commit_write`` and the driver side of ``staging`` kill from a timer a few milliseconds later,
 so the kill lands while the commit file is being written or while tasks stage. A line
 ``CRASH AT <step> epoch=<id>`` is printed on stdout first, and appended to the file
@@ -60,6 +63,8 @@ CRASH_STEPS = (
     "schema_merge",
     "commit_written",
     "checkpoint_started",
+    "compaction_commit",
+    "compaction_committed",
 )
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from committers.delta.commit._auto_compact import AutoCompactor
 from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
 from committers.delta.commit._vacuum import vacuum_table
@@ -45,6 +46,7 @@ from committers.delta.table._schema import (
     normalize_schema,
 )
 from committers.delta.table._table import open_table, remove_orphan_files
+from committers.delta.write._auto_compact import AutoCompact, check_auto_compact
 from committers.delta.write._committable import DeltaCommittable, StagedFile, StagedFileSerializer
 from committers.delta.write._options import (
     DEFAULT_COMPRESSION,
@@ -185,6 +187,13 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         upsert: with ``mode="upsert"``: ``keys``, ``sequence_by``, ``delete_when`` and
             ``partial_updates`` as one ``UpsertSpec`` value
             (``committers.delta.write.UpsertSpec``), instead of the keywords.
+        auto_compact: compact the table's small files after a batch's commit, in the driver
+            before the next batch (see ``_auto_compact`` and docs/delta.md#auto-compaction):
+            ``None`` (default) for streaming writes only, ``True`` for every write, ``False``
+            never, or an ``AutoCompact`` (``committers.delta.write.AutoCompact``) with
+            delta-spark's thresholds: ``min_num_files`` small files (50) in a partition,
+            small meaning under ``min_file_size`` (half of ``max_file_size``), compacted into
+            files of ``max_file_size`` (the sink's ``target_file_size``).
         unsafe_skip_conditional_put_check: skip the S3 self-test that proves the store rejects
             a second conditional PUT. Without that guarantee concurrent commits can overwrite
             each other and lose data; only for stores known to be safe.
@@ -224,6 +233,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         partial_updates: bool = False,
         upsert: UpsertSpec | None = None,
         unsafe_skip_conditional_put_check: bool = False,
+        auto_compact: bool | AutoCompact | None = None,
         **unknown: object,
     ) -> None:
         refuse_unknown_options(
@@ -291,6 +301,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         self.mode: WriteMode = mode
         self.replace_where = None if replace_where is None else ReplaceWhere.parse(replace_where)
         self.unsafe_skip_conditional_put_check = unsafe_skip_conditional_put_check
+        self.auto_compact = check_auto_compact(auto_compact)
+        self.auto_compact.sizes(self.options.target_file_size)  # refused now, not per batch
         self._input_schema: pa.Schema | None = None
         self._driver_identity: CredentialIdentity | None = None
         self._bytes_per_row: float | None = None
@@ -572,6 +584,15 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             rewrite_options=self.options,
             staging=self.staging,
             spelling=self.option_spelling,
+            auto_compactor=AutoCompactor(
+                self.location,
+                self.auto_compact,
+                target_file_size=self.options.target_file_size,
+                compression=self.options.compression,
+                staging=self.staging,
+                user_metadata=self.user_metadata,
+                skip_conditional_put_check=self.unsafe_skip_conditional_put_check,
+            ),
         )
         return self._committer
 

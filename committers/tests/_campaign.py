@@ -41,6 +41,8 @@ from pathlib import Path
 from framework._crash import CRASH_STEPS, CRASH_VARIABLE, LOG_VARIABLE
 
 STORAGE_OPTIONS_VARIABLE = "SPARKSINK_CAMPAIGN_STORAGE_OPTIONS"  # JSON, for the driver
+AUTO_COMPACT_VARIABLE = "SPARKSINK_CAMPAIGN_AUTO_COMPACT"  # set: the driver's sink compacts
+COMPACTION_STEPS = ("compaction_commit", "compaction_committed")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RANDOM = "random"
@@ -110,6 +112,7 @@ class _Source:
         self.files = 0
         self.notes = 0
         self.compactions = 0
+        self.auto_compact = False  # the job's sink compacts between batches (see the driver)
         if kind == "json":
             directory.mkdir(parents=True, exist_ok=True)
 
@@ -214,7 +217,10 @@ def _run_job(
         ],
         crash_log=crash_log,
         crash_at=None if kind == RANDOM else kind,
-        env={STORAGE_OPTIONS_VARIABLE: json.dumps(target.options or {})},
+        env={
+            STORAGE_OPTIONS_VARIABLE: json.dumps(target.options or {}),
+            AUTO_COMPACT_VARIABLE: "1" if source.auto_compact else "",
+        },
     )
     timeout = RUN_TIMEOUT_SECONDS
     if kind == RANDOM:
@@ -302,6 +308,7 @@ def _campaign(
     kind_of_store = "s3" if table.uri.startswith("s3://") else "file"
     report = CampaignReport(seed=seed, staging=staging, source=source_kind, table=kind_of_store)
     source = _Source(workdir / "source", source_kind)
+    source.auto_compact = any(kind in COMPACTION_STEPS for kind in kinds)
     checkpoint = workdir / "checkpoint"
     # Every step once per round, in a seeded order; the schema grows on schema_merge's turn.
     plan: list[str] = []
@@ -385,7 +392,7 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
 
     from committers.delta.storage._staging import STAGING_DIR
     from committers.delta.storage._storage import TableLocation
-    from committers.delta.table._table import remove_orphan_files
+    from committers.delta.table._table import referenced_paths, remove_orphan_files
     from committers.tests._readers import duckdb_rows
 
     location = TableLocation.of(table.uri, table.check_options)
@@ -406,8 +413,9 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
         report.duplicates = max(report.duplicates, sum(n - 1 for n in counts.values()))
         report.lost = max(report.lost, len(expected - set(counts)))
         report.unexpected = max(report.unexpected, len(set(counts) - expected))
-    # file_uris() are URLs (s3://bucket/key, file:///path); listings are fsspec paths.
-    committed = {location.relative(uri.split("://", 1)[-1]) for uri in dt.file_uris()}
+    # Files the log references: live ones, and those compaction replaced (kept for time
+    # travel until VACUUM).
+    committed = referenced_paths(location)
     on_store = [location.relative(path) for path in location.filesystem().find(location.path())]
     stray = {
         path

@@ -8,7 +8,11 @@ app_id="campaign", partition_by=["day"], schema_mode="merge")`` (the table creat
 ``"deltalake"`` format (KIND ``delta``, its schema the table's). The JSON schema has EXTRA more
 columns ``note1``..``noteN``: the first batch of a run with a new one merges it into the
 table. Storage options (S3 campaigns) come as JSON in ``SPARKSINK_CAMPAIGN_STORAGE_OPTIONS``.
-``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where the process dies.
+With ``SPARKSINK_CAMPAIGN_AUTO_COMPACT`` set (the campaign sets it when its plan holds the
+steps ``compaction_commit`` or ``compaction_committed``) the sink compacts a partition once it
+holds ``AUTO_COMPACT_MIN_FILES`` small files, so runs compact between batches; otherwise it
+does not compact (shorter runs). ``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where
+the process dies.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import json
 import os
 import sys
 
-from committers.tests._campaign import STORAGE_OPTIONS_VARIABLE
+from committers.tests._campaign import AUTO_COMPACT_VARIABLE, STORAGE_OPTIONS_VARIABLE
 from framework._crash import DRIVER_GROUP_VARIABLE
 
 CHECKPOINT_INTERVAL = 2
+AUTO_COMPACT_MIN_FILES = 3
 
 
 def main() -> None:
@@ -29,6 +34,7 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))  # a worker's crash kills us all
     from committers.delta import DeltaSink, register
+    from committers.delta.write import AutoCompact
     from committers.tests._spark_helpers import driver_session
     from framework import TwoPhaseSink
 
@@ -52,6 +58,11 @@ def main() -> None:
             # checkpoint_started) happen in every few runs, and restarts read the log from one.
             table_configuration={"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)},
             storage_options=json.loads(os.environ.get(STORAGE_OPTIONS_VARIABLE, "{}")) or None,
+            auto_compact=(
+                AutoCompact(min_num_files=AUTO_COMPACT_MIN_FILES)
+                if os.environ.get(AUTO_COMPACT_VARIABLE)
+                else False
+            ),
         )
     )
     query = sink.write_stream(

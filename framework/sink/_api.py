@@ -14,7 +14,8 @@ Guarantees by shape:
 The engine guarantees the rest: it calls ``is_committed`` before staging an epoch, only hands the
 committables of successful task attempts to ``combine`` (and only once the rows they hold,
 :meth:`GlobalCommitter.committed_rows`, are the rows its writers wrote), calls ``abort`` for an
-epoch it gives up on, and ``clean_up`` once an epoch is committed or skipped.
+epoch it gives up on, and ``clean_up`` then ``after_epoch`` once an epoch is committed or
+skipped.
 """
 
 from __future__ import annotations
@@ -199,6 +200,12 @@ class GlobalCommitter(ABC, Generic[CommT, GlobalCommT]):
 
     def clean_up(self, epoch: Epoch) -> None:
         """After ``epoch`` is committed or skipped as a replay: remove staged leftovers."""
+
+    def after_epoch(self, epoch: Epoch) -> None:
+        """After ``epoch`` was committed (or skipped as a replay) and cleaned up, before the
+        next epoch starts: upkeep of the destination that may take a while (e.g. compacting
+        small files). The epoch is done whatever happens here: engines log what this raises
+        as a warning and go on, so it can neither fail nor retry the epoch."""
 
     def end_of_input(self) -> None:
         """Bounded input is exhausted; the final epoch has been committed."""

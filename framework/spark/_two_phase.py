@@ -522,7 +522,9 @@ class TwoPhaseSink:
             if not epoch.bounded:
                 _run_without_output(df)
             committer.clean_up(epoch)
-            return self._record(batch_id, epoch, "skipped", committer)
+            metrics = self._record(batch_id, epoch, "skipped", committer)
+            _after_epoch(committer, epoch)
+            return metrics
         started = time.perf_counter()
         group: str | None = None
         try:
@@ -569,7 +571,7 @@ class TwoPhaseSink:
             raise
         committed = time.perf_counter()
         committer.clean_up(epoch)
-        return self._record(
+        metrics = self._record(
             batch_id,
             epoch,
             "committed",
@@ -580,6 +582,8 @@ class TwoPhaseSink:
             rows=rows,
             counters=counters,
         )
+        _after_epoch(committer, epoch)
+        return metrics
 
     def _record(
         self,
@@ -619,6 +623,23 @@ class TwoPhaseSink:
             except Exception as err:  # the batch is done: a broken exporter must not undo it
                 log.warning("on_batch callback failed for batch %s: %r", batch_id, err)
         return metrics
+
+
+def _after_epoch(committer: GlobalCommitter[Any, Any], epoch: Epoch) -> None:
+    """The committer's upkeep after a finished epoch (see ``GlobalCommitter.after_epoch``),
+    run before this micro-batch's function returns, so before Spark starts the next batch:
+    it never overlaps the query's own commits. The epoch is committed: a failure here is
+    logged, never raised (raising would fail a committed batch, and the query's restart would
+    only replay it as a skip)."""
+    try:
+        committer.after_epoch(epoch)
+    except Exception as err:
+        log.warning(
+            "upkeep after batch %s of %r failed (the batch is committed): %r",
+            epoch.epoch_id,
+            epoch.app_id,
+            err,
+        )
 
 
 def _warn_about_other_derived_app_ids(

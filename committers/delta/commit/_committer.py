@@ -39,6 +39,7 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from committers.delta.commit._auto_compact import AutoCompactor
 from committers.delta.commit._log_append import (
     AppendConflict,
     AppendIdentity,
@@ -179,11 +180,13 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         rewrite_options: WriterOptions | None = None,
         staging: Staging = "auto",
         spelling: OptionSpelling = SINK_SPELLING,
+        auto_compactor: AutoCompactor | None = None,
     ) -> None:
         """``opened``: a handle of the table and the credentials it was built with (those of
         the sink's ``prepare``), used instead of opening the table again. ``rewrite_options``,
         ``staging``: how an overwrite whose ``replace_where`` reads data columns rewrites the
-        files holding matching rows (see ``_replace_rewrite``)."""
+        files holding matching rows (see ``_replace_rewrite``). ``auto_compactor``: compacts
+        small files after epochs (:meth:`after_epoch`, see ``_auto_compact``)."""
         self._location = location
         self._spelling = spelling  # how the errors of a re-check name options
         self._overwrite = overwrite
@@ -213,6 +216,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         # Blind appends straight into the log; checkpoints and log clean-up off the commit path.
         self._appender = LogAppender(location) if LogStore.supports(location) else None
         self._maintenance = LogMaintenance(location, cleanup_every=log_cleanup_every)
+        self._auto_compactor = auto_compactor
 
     # -- table handle ---------------------------------------------------------------------
 
@@ -772,6 +776,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         key = _key(committable.epoch)
         self._committed_paths[key] = {f.path for f in committable.files}
         self._committed_attempts[key] = {f.task_attempt_id for f in committable.files}
+        if self._auto_compactor is not None:
+            self._auto_compactor.committed(committable.files)
         if version is not None:
             self._versions[key] = version
 
@@ -1066,6 +1072,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             remove_empty_directories(self._location, directory)
         delete_files(fs, sorted(manifests))
         remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
+
+    def after_epoch(self, epoch: Epoch) -> None:
+        """Auto-compaction, when due (see ``_auto_compact``); never raises an ``Exception``."""
+        if self._auto_compactor is not None:
+            self._auto_compactor.after_epoch(epoch, self.table)
 
     def abort(self, epoch: Epoch) -> None:
         """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""

@@ -86,6 +86,7 @@ from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.table._table import COMMIT_RUN_ID, delta_rs_path, open_table
 from committers.delta.write._committable import StagedFile, logged_records
 from committers.delta.write._options import Staging, WriterOptions, check_staging
+from framework.connector import crash_point
 from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -108,6 +109,7 @@ __all__ = [
     "CompactionResult",
     "PartitionFilter",
     "compact_table",
+    "compaction_epoch",
 ]
 
 log = logging.getLogger("committers.delta")
@@ -196,6 +198,9 @@ def compact_table(
     skip_conditional_put_check: bool = False,
     backoff: Backoff = COMPACTION_BACKOFF,
     before_commit: Callable[[int], None] | None = None,
+    min_file_size: int | None = None,
+    staging_owner: str | None = None,
+    run_id: str | None = None,
 ) -> CompactionResult:
     """Rewrite the small files of the table at ``location`` into files of about
     ``target_file_size`` bytes (see the module docstring); ``DeltaSink.compact`` is the
@@ -211,8 +216,16 @@ def compact_table(
         staging: who rewrites the files: ``"arrow"`` and ``"auto"``, Python tasks with pyarrow
             (:mod:`committers.delta.spark._arrow_rewrite`; rows never enter the JVM, several times
             faster on small files); ``"spark"``, Spark's own reader and writer.
-        before_commit: test seam, called with the attempt number (1, 2, ...) right before
-            each commit request, after the removed files were found live.
+        before_commit: called with the attempt number (1, 2, ...) right before each commit
+            request, after the removed files were found live; what it raises fails the
+            compaction like a conflict (nothing committed, its files deleted).
+        min_file_size: files of at least this many bytes are left alone (default:
+            ``target_file_size``).
+        staging_owner: names the directory of the compaction's staging manifest
+            (``_sink_staging/sink-compaction/<owner>/0/``; default: the run's own id), so that a
+            caller can find the leftovers of its own runs that were killed.
+        run_id: the run's id, recorded in its commit (``sink.runId``) and naming its files
+            (default: a new UUID).
 
     Raises:
         ConfigurationError: ``target_file_size`` under 1 MiB, a ``partition_filter`` naming a
@@ -254,16 +267,15 @@ def compact_table(
     partition_by = shape.partition_by
     filters = _check_partition_filter(partition_filter, partition_by)
     read_version = table.version()
-    groups = _plan(table, partition_by, filters, target, location.uri)
+    small_below = target if min_file_size is None else min(min_file_size, target)
+    groups = _plan(table, partition_by, filters, target, location.uri, small_below)
     if not groups:
         log.info("compaction of %s at version %d: nothing to compact", location.uri, read_version)
         return CompactionResult(version=None, read_version=read_version)
     verify_conditional_put(location, skip=skip_conditional_put_check)
 
-    run_id = str(uuid.uuid4())
-    epoch = Epoch(
-        app_id=COMPACTION_APP_ID, epoch_id=0, writer_identity=run_id, run_id=run_id, bounded=True
-    )
+    run_id = run_id or str(uuid.uuid4())
+    epoch = compaction_epoch(run_id, staging_owner)
     options = WriterOptions(target_file_size=target, compression=compression)
     try:
         if staging == "spark":
@@ -303,6 +315,7 @@ def compact_table(
         _discard(location, epoch)
         raise
     # (KeyboardInterrupt / SystemExit during the request: it may have landed, files kept.)
+    crash_point("compaction_committed")
     _finish(location, epoch, {f.path for f in staged})
     result = CompactionResult(
         version=version,
@@ -324,6 +337,14 @@ def compact_table(
         version,
     )
     return result
+
+
+def compaction_epoch(run_id: str, staging_owner: str | None = None) -> Epoch:
+    """The epoch naming a compaction run's directory and staging manifest."""
+    owner = run_id if staging_owner is None else staging_owner
+    return Epoch(
+        app_id=COMPACTION_APP_ID, epoch_id=0, writer_identity=owner, run_id=run_id, bounded=True
+    )
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -455,8 +476,10 @@ def _plan(
     filters: list[Any] | None,
     target: int,
     uri: str,
+    small_below: int,
 ) -> list[_Group]:
-    """Groups of two or more small files of one partition, about ``target`` bytes each."""
+    """Groups of two or more files under ``small_below`` bytes of one partition, about ``target``
+    bytes each."""
     actions = pa.table(table.get_add_actions(flatten=False))
     if actions.num_rows == 0:
         return []
@@ -474,7 +497,7 @@ def _plan(
     small: dict[tuple[str | None, ...], list[_File]] = defaultdict(list)
     left_alone: list[str] = []
     for index, logged in enumerate(paths):
-        if sizes[index] >= target or records[index] is None:
+        if sizes[index] >= small_below or records[index] is None:
             continue  # big enough, or no record count to check the rewrite against
         decoded = unquote(logged)
         partition = spellings.of(index, decoded)

@@ -129,6 +129,8 @@ class WriteOptions:
             user_metadata=self.user_metadata,
             mode="overwrite" if overwrite else "append",
             replace_where=self.replace_where,
+            # Its commits run in a Python worker without a SparkContext, which compaction needs.
+            auto_compact=False,
         )
 
 

@@ -7,7 +7,8 @@ statistics and manifests. It may import ``framework`` (pyspark-free parts),
 Published here: the option values a :class:`~committers.delta.DeltaSink` accepts as objects.
 """
 
+from committers.delta.write._auto_compact import AutoCompact
 from committers.delta.write._options import WriterOptions
 from committers.delta.write._upsert_spec import UpsertSpec
 
-__all__ = ["UpsertSpec", "WriterOptions"]
+__all__ = ["AutoCompact", "UpsertSpec", "WriterOptions"]
