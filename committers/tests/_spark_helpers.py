@@ -60,11 +60,25 @@ def file_stream(spark, directory: Path):
     )
 
 
+#: Spark waits a fixed 10 s (PythonWorkerFactory.createSimpleWorker, not configurable) for a
+#: new Python worker to connect back; on a busy 2-core machine the Spark Connect server's
+#: foreachBatch worker sometimes takes longer to import pyspark's Connect client. The query
+#: has not started then (nothing ran, nothing was written), so starting it again is safe.
+_WORKER_START_TIMEOUT = "Python worker failed to connect back"
+
+
 def run_available_now(sink, df, checkpoint: Path):
-    """Process everything available, then stop; re-raises the query's failure."""
-    query = sink.write_stream(
-        df, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
-    )
+    """Process everything available, then stop; re-raises the query's failure. A query whose
+    Python worker did not start in Spark's fixed 10 s is started again (twice at most)."""
+    for attempt in range(3):
+        try:
+            query = sink.write_stream(
+                df, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+            )
+            break
+        except Exception as err:
+            if _WORKER_START_TIMEOUT not in str(err) or attempt == 2:
+                raise
     query.awaitTermination()
     return query
 
