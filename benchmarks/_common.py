@@ -82,6 +82,15 @@ def print_sides(
         print(f"{name:{width}} {median(values):7.2f}s  {runs}{note}")
 
 
+def wait_for_quiet(max_seconds: float = 240.0) -> float:
+    """Wait until the 1-minute load average is at most ``QUIET_LOAD`` (the JVM's start or the
+    previous scenario raised it), at most ``max_seconds``; returns the load average then."""
+    deadline = time.monotonic() + max_seconds
+    while (load := os.getloadavg()[0]) > QUIET_LOAD and time.monotonic() < deadline:
+        time.sleep(5)
+    return load
+
+
 def quiet_enough(load_before: float, force: bool) -> bool:
     """Whether ratios may be printed (a quiet start, or ``--force``); says why not if not."""
     if load_before <= QUIET_LOAD or force:

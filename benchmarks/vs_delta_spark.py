@@ -37,7 +37,6 @@ Usage: python benchmarks/vs_delta_spark.py SCENARIO [--rows N] [--repeats N] [--
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -49,7 +48,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import QUIET_LOAD, median, print_sides, quiet_enough, rows_df, spark_session
+from _common import (
+    QUIET_LOAD,
+    median,
+    print_sides,
+    quiet_enough,
+    rows_df,
+    spark_session,
+    wait_for_quiet,
+)
 
 from committers.delta import DeltaSink, read_table, register
 from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars, local_jar_configs
@@ -127,7 +134,7 @@ class Bench:
         return fresh
 
     def append(self) -> None:
-        load = os.getloadavg()[0]
+        load = wait_for_quiet()
         df = rows_df(self.spark, self.args.rows).cache()
         df.count()
         sides: dict[str, Side] = {
@@ -140,7 +147,7 @@ class Bench:
         report(f"bounded append, {self.args.rows} rows", times, pairs, load, self.args.force)
 
     def stream(self) -> None:
-        load = os.getloadavg()[0]
+        load = wait_for_quiet()
         source = str(self.work / "stream-source")
         per_batch = max(1, self.args.rows // self.args.batches)
         for _ in range(self.args.batches):
@@ -191,7 +198,7 @@ class Bench:
     def _upsert_into(self, size: int) -> None:
         from upsert import changes_table
 
-        load = os.getloadavg()[0]
+        load = wait_for_quiet()
         files = max(2, size // 50_000)
         pristine = str(self.work / f"pristine-{size}")
         TwoPhaseSink(DeltaSink(pristine, app_id="bench", staging="spark")).write(
@@ -263,7 +270,7 @@ class Bench:
         return tuple(row)
 
     def compact(self) -> None:
-        load = os.getloadavg()[0]
+        load = wait_for_quiet()
         pristine = str(self.work / "small-files")
         df = rows_df(self.spark, self.args.rows).repartition(self.args.files)
         TwoPhaseSink(DeltaSink(pristine, app_id="bench", staging="spark")).write(df)
@@ -289,7 +296,7 @@ class Bench:
         report(title, times, pairs, load, self.args.force)
 
     def scan(self) -> None:
-        load = os.getloadavg()[0]
+        load = wait_for_quiet()
         table = str(self.work / "scan")
         TwoPhaseSink(DeltaSink(table, app_id="bench", staging="spark")).write(
             rows_df(self.spark, self.args.rows).repartitionByRange(max(1, self.args.files), "id")
@@ -320,7 +327,7 @@ class Bench:
         from integration_tests._s3server import s3_server
 
         with s3_server() as server:
-            load = os.getloadavg()[0]
+            load = wait_for_quiet()
             bucket = server.create_bucket()
             options = server.storage_options()
             problem = prepare_s3a(self.spark, TableLocation.of(f"s3://{bucket}/x", options))

@@ -27,10 +27,19 @@ landed is not redone (its output is not due), one that did not runs again. Its s
 are named by a manifest under ``_sink_staging/sink-compaction/auto-<app id>/0/``: at its first
 batch a process settles the runs found there (killed ones of this writer's earlier
 processes): of a run's files, those the log references (its commit landed) are kept, the
-others deleted, then the manifest. A zombie (an earlier process of the same writer, still
-running) whose run was settled so fails its commit: right before committing, a compaction
-checks that its manifest still exists (a narrow window remains between that check and the
-commit request).
+others deleted.
+
+**Zombies.** An earlier process of the same writer may still be running (paused, cut off)
+with a compaction about to commit; deleting its staged files then would leave its commit
+pointing at missing files. So settling is fenced: (1) the runs' manifests are deleted,
+(2) one commit is made (a ``commitInfo`` only: no file, no txn), (3) only then is the log read
+for the files to keep. A compaction (a) reads the newest version ``v``, (b) checks that its
+manifest still exists, (c) commits at exactly ``v + 1`` (put-if-absent, no retry by delta-rs;
+a lost race starts again at (a)). If its check (b) passed, it came before (1), so ``v`` is
+older than the fence (2): its commit lands below the fence, where (3) sees it and keeps its
+files, or not at all (the fence took ``v + 1``; its next attempt finds the manifest gone and
+gives up, deleting only its own files). If the fence cannot be committed, nothing is deleted:
+the files stay for ``remove_orphan_files()``.
 
 Not under Spark Connect (compaction runs Spark tasks from the driver's SparkContext): there it
 is skipped with one warning per process.
@@ -44,15 +53,17 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 
 from committers.delta.commit._compact import (
+    COMMIT_OPERATION,
     CompactionConflictError,
     CompactionResult,
     _finish,
     compact_table,
     compaction_epoch,
 )
+from committers.delta.commit._sequence import write_transaction
 from committers.delta.spark._spark_staging import spark_manifest_path
 from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._staging import epoch_staging_dir
@@ -71,6 +82,9 @@ __all__ = ["AutoCompactor"]
 log = logging.getLogger("committers.delta")
 
 _MANIFEST_SUFFIX = "-spark.json"
+#: ``sink.operation`` of the commit that fences off a stalled process's compactions.
+OPERATION_FENCE = "compaction fence"
+_NO_POST_COMMIT = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 _PARTITION_PREFIX = "partition."
 
 
@@ -224,11 +238,46 @@ class AutoCompactor:
             return
         if not manifests:
             return
-        referenced = referenced_paths(self._location)  # the whole log: only after a kill
-        for manifest in manifests:
-            run_id = manifest.rsplit("/", 1)[-1][: -len(_MANIFEST_SUFFIX)]
-            log.info("settling auto-compaction %s of %s, left by a killed run", run_id, owner)
+        run_ids = [m.rsplit("/", 1)[-1][: -len(_MANIFEST_SUFFIX)] for m in manifests]
+        fs.rm(manifests)  # (1): a zombie's last check before its commit now fails
+        try:
+            version = self._fence(owner, run_ids)  # (2)
+        except Exception as err:
+            log.warning(
+                "auto-compaction runs %s of %s, left by a killed or stalled process, were not "
+                "settled: the commit fencing them off failed (%r); their staged files stay "
+                "until remove_orphan_files() deletes them",
+                run_ids,
+                self._location.uri,
+                err,
+            )
+            return
+        log.info("fenced auto-compaction runs %s of %s at version %d", run_ids, owner, version)
+        referenced = referenced_paths(self._location)  # (3) the whole log: only after a kill
+        for run_id in run_ids:
             _finish(self._location, compaction_epoch(run_id, owner), referenced)
+
+    def _fence(self, owner: str, run_ids: list[str]) -> int:
+        """Commit a version holding only a ``commitInfo`` that names the settled runs (after
+        their manifests were deleted); returns it."""
+        table = DeltaTable(
+            self._location.uri, storage_options=self._location.delta_storage_options()
+        )
+        write_transaction(
+            table,
+            [],
+            mode="append",
+            partition_by=table.metadata().partition_columns,
+            commit_properties=CommitProperties(
+                custom_metadata={
+                    COMMIT_OPERATION: OPERATION_FENCE,
+                    "operationParameters": {"owner": owner, "runs": ",".join(run_ids)},
+                }
+            ),
+            post_commit=_NO_POST_COMMIT,
+        )
+        table.update_incremental()
+        return table.version()
 
 
 PartitionKey = tuple[tuple[str, str | None], ...]

@@ -206,6 +206,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         self._versions: dict[tuple[str, str, int], int] = {}  # table version holding an epoch
         self._committed_paths: dict[tuple[str, str, int], set[str]] = {}
         self._checked_epoch: tuple[str, str, int] | None = None  # refreshed by is_committed
+        # The epoch whose replay check just probed the log view: its commit needs no probe.
+        self._probed_for: tuple[str, str, int] | None = None
         self._planned_on_fresh = False  # refreshed by snapshot() for the epoch's rewrite
         # One-off epochs: the table version before this run could commit (-1: no table yet).
         self._read_before: dict[tuple[str, str, int], int] = {}
@@ -808,6 +810,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if self._appender is None or epoch.one_off:
             return False
         view = self._appender.current()
+        self._probed_for = _key(epoch)
         return view is not None and view.txns.get(epoch.app_id, -1) < epoch.epoch_id
 
     def _append_through_log(self, committable: DeltaCommittable) -> bool:
@@ -820,7 +823,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if committable.rewrite is not None or not self._appends_blindly(epoch):
             return False
         assert self._appender is not None
-        view = self._appender.current()
+        # Right after this epoch's replay check the view needs no second probe: the append's
+        # put-if-absent is one (a lost race reads what it missed).
+        probed, self._probed_for = self._probed_for == _key(epoch), None
+        view = self._appender.current(probe=not probed)
         if view is None or unsupported_by_append(view) is not None:
             return False
         if view.txns.get(epoch.app_id, -1) >= epoch.epoch_id:

@@ -27,7 +27,9 @@ The commit file holds what delta-rs writes for the same commit (:func:`commit_li
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -35,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import deltalake
 import pyarrow as pa
@@ -67,6 +69,8 @@ __all__ = [
 
 log = logging.getLogger("committers.delta")
 
+T = TypeVar("T")
+
 LOG_DIR = "_delta_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 #: How long a view may go unconfirmed before its next commit first re-reads
@@ -74,6 +78,8 @@ LAST_CHECKPOINT = "_last_checkpoint"
 #: after the view's version only once it is older than the log retention, so a view advanced
 #: within this age cannot miss a version by probing.
 RECHECK_AFTER_SECONDS = 600.0
+#: Commits read at once (concurrent GETs on S3) when a view catches up with a backlog.
+MAX_READ_AHEAD = 64
 #: Lost races tolerated by one append before it gives up (each costs one version's read).
 MAX_RACES = 64
 
@@ -209,10 +215,16 @@ class LogView:
         if self.confirmed_at and time.time() - self.confirmed_at > RECHECK_AFTER_SECONDS:
             self._catch_up_with_checkpoint(store)
         new = []
-        while (raw := store.read(f"{self.version + 1:020d}.json")) is not None:
-            commit = parse_commit(self.version + 1, raw)
-            self.apply(commit)
-            new.append(commit)
+        window = 1  # the usual probe: nothing new, or one commit
+        while True:
+            found = store.read_commits(self.version + 1, window)
+            for raw in found:
+                commit = parse_commit(self.version + 1, raw)
+                self.apply(commit)
+                new.append(commit)
+            if len(found) < window:
+                break
+            window = min(window * 8, MAX_READ_AHEAD)  # a backlog (a load): read ahead
         self.confirmed_at = time.time()
         return new
 
@@ -404,10 +416,68 @@ class LogStore:
             if self._location.is_local:
                 with open(self._path(name), "rb") as handle:
                     return handle.read()
-            data: bytes = self._location.filesystem().cat_file(self._path(name))
-            return data
         except FileNotFoundError:
             return None
+        return self._get(name)
+
+    def read_commits(self, first: int, count: int) -> list[bytes]:
+        """The commit files of versions ``first``, ``first + 1``, ... up to ``count`` of them,
+        stopping before the first missing one. On S3 the ``count`` GETs go out at once."""
+        names = [f"{version:020d}.json" for version in range(first, first + count)]
+        if self._location.is_local or count == 1:
+            found = []
+            for name in names:
+                if (raw := self.read(name)) is None:
+                    break
+                found.append(raw)
+            return found
+        from fsspec.asyn import sync
+
+        async def get_all() -> list[bytes | None]:
+            return list(await asyncio.gather(*(self._get_async(name) for name in names)))
+
+        raws: list[bytes | None] = self._translated(
+            lambda: sync(self._location.filesystem().loop, get_all), first
+        )
+        return [r for r in itertools.takewhile(lambda raw: raw is not None, raws) if r is not None]
+
+    def _get(self, name: str) -> bytes | None:
+        """One GET through the location's S3 client (s3fs's ``cat_file`` would first ask for
+        the size, and on a missing key list the prefix too: three requests per probe)."""
+        from fsspec.asyn import sync
+
+        fs = self._location.filesystem()
+        raw: bytes | None = self._translated(lambda: sync(fs.loop, self._get_async, name), name)
+        return raw
+
+    async def _get_async(self, name: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        client = await self._location.filesystem().set_session()
+        key = f"{self._location.key_prefix}/{LOG_DIR}/{name}".lstrip("/")
+        try:
+            response = await client.get_object(Bucket=self._location.bucket, Key=key)
+        except ClientError as err:
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 404 or err.response.get("Error", {}).get("Code") == "NoSuchKey":
+                return None
+            raise
+        body = response["Body"]
+        try:
+            data: bytes = await body.read()
+        finally:
+            body.close()
+        return data
+
+    @staticmethod
+    def _translated(call: Callable[[], T], what: object) -> T:
+        """``call()``, its S3 client errors raised as ``OSError``."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return call()
+        except (ClientError, BotoCoreError) as err:
+            raise OSError(f"reading {LOG_DIR} at {what} failed: {err}") from err
 
     def read_checkpoint(self, name: str) -> dict[str, Any]:
         """The ``protocol``, ``metaData`` (as JSON actions) and ``txn`` entries (app id ->
@@ -585,13 +655,15 @@ class LogAppender:
     def store(self) -> LogStore:
         return self._store
 
-    def current(self) -> LogView | None:
+    def current(self, *, probe: bool = True) -> LogView | None:
         """The view at the newest version, or ``None`` when the log cannot be followed by
-        probing (no table yet, or see :class:`LogViewUnavailable`)."""
+        probing (no table yet, or see :class:`LogViewUnavailable`). ``probe=False``: a view
+        already loaded is returned as it is (the caller probed moments ago; an append on it
+        that loses its race reads the commits it missed then)."""
         try:
             if self._view is None:
                 self._view = LogView.load(self._store)
-            else:
+            elif probe:
                 self._view.advance(self._store)
         except LogViewUnavailable as err:
             log.info("appending through delta-rs: the log cannot be followed (%s)", err)

@@ -11,10 +11,13 @@ import json
 import signal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from committers.delta import DeltaSink, register
+from committers.delta.commit import _compact as compact_module
+from committers.delta.commit._auto_compact import OPERATION_FENCE, AutoCompactor
 from committers.delta.commit._compact import COMMIT_OPERATION
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._table import referenced_paths
@@ -26,6 +29,7 @@ from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import file_stream, make_source, run_available_now
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError
+from framework.sink import Epoch
 
 pytestmark = pytest.mark.spark
 
@@ -258,4 +262,76 @@ def test_a_driver_killed_inside_and_after_a_compaction_leaves_it_exact_and_done_
     assert len(_compactions(uri)) == 1
     assert _live_files(uri) == 3
     assert _ids(uri) == list(range(source.next_id))  # sorted: a duplicate would show
+    _assert_no_leftovers(uri)
+
+
+# -- a stalled process (zombie) -------------------------------------------------------------
+
+
+def _compactor(uri: str, min_num_files: int) -> AutoCompactor:
+    return AutoCompactor(
+        TableLocation.of(uri),
+        AutoCompact(min_num_files=min_num_files),
+        target_file_size=128 << 20,
+        compression="snappy",
+        staging="arrow",
+        user_metadata=None,
+        skip_conditional_put_check=False,
+    )
+
+
+def _epoch(epoch_id: int) -> Epoch:
+    return Epoch(app_id="stalled", epoch_id=epoch_id, writer_identity="w", run_id=f"r{epoch_id}")
+
+
+def _fences(uri: str) -> list[int]:
+    return [
+        version
+        for version, actions in _commits(uri)
+        if any(a.get("commitInfo", {}).get(COMMIT_OPERATION) == OPERATION_FENCE for a in actions)
+    ]
+
+
+@pytest.mark.parametrize("moment", ["before_its_commit_request", "right_after_its_commit"])
+def test_a_stalled_process_whose_compaction_its_successor_settled_loses_no_file(
+    spark, tmp_path, monkeypatch, moment
+):
+    """A process of the writer stalls with a compaction past its last check (its manifest is
+    there) and before its commit request, or right after its commit; meanwhile the writer's
+    next process settles that run as left by a killed process. Before the fence the successor
+    deleted the staged files and the stalled commit then landed pointing at them. Now: either
+    the stalled commit loses its version to the fence and gives up, or it landed below the
+    fence and its files are kept. Every live file exists, the rows are the same (deltalake
+    and DuckDB), one fence, at most one compaction, nothing staged left."""
+    uri = str(tmp_path / "table")
+    for part in range(4):
+        write_deltalake(
+            uri, pa.table({"id": list(range(part * 10, part * 10 + 10))}), mode="append"
+        )
+    stalled, successor = _compactor(uri, 2), _compactor(uri, 1000)  # the successor only settles
+    commit_request = compact_module.write_transaction
+    calls = []
+
+    def stalling(*args, **kwargs):
+        calls.append(moment)
+        if moment == "before_its_commit_request" and len(calls) == 1:
+            successor.after_epoch(_epoch(2), lambda: DeltaTable(uri))
+        commit_request(*args, **kwargs)
+        if moment == "right_after_its_commit":
+            successor.after_epoch(_epoch(2), lambda: DeltaTable(uri))
+
+    monkeypatch.setattr(compact_module, "write_transaction", stalling)
+    stalled.after_epoch(_epoch(1), lambda: DeltaTable(uri))
+
+    missing = [path for path in DeltaTable(uri).file_uris() if not Path(path).exists()]
+    assert missing == []
+    assert _ids(uri) == list(range(40))
+    assert len(_fences(uri)) == 1
+    if moment == "before_its_commit_request":
+        assert calls == [moment]  # its next attempt found the manifest gone: no second request
+        assert stalled.last_result is None and _compactions(uri) == []
+        assert _live_files(uri) == 4
+    else:
+        assert len(_compactions(uri)) == 1 and _compactions(uri)[0][0] < _fences(uri)[0]
+        assert _live_files(uri) == 1
     _assert_no_leftovers(uri)

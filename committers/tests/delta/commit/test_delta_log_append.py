@@ -351,3 +351,39 @@ def test_module_refuses_in_commit_timestamp_tables(tmp_path):
         "writerFeatures": ["inCommitTimestamp"],
     }
     assert "inCommitTimestamp" in (_log_append.unsupported_by_append(view) or "")
+
+
+def test_s3_view_catches_up_with_a_backlog_in_a_few_round_trips(s3, bucket, monkeypatch):
+    """A view loaded over 30 commits (no checkpoint) reads them with a read-ahead of concurrent
+    GETs: the same version and txns as delta-rs, in five round trips to S3 instead of 31."""
+    uri = f"s3://{bucket}/log-backlog/{uuid.uuid4().hex[:8]}"
+    location = TableLocation.of(uri, s3.storage_options())
+    options = location.delta_storage_options()
+    write_deltalake(
+        uri, pa.table({"id": [0], "day": ["d0"]}, schema=SCHEMA), storage_options=options
+    )
+    table = DeltaTable(uri, storage_options=options)
+    for version in range(1, 31):
+        table.update_incremental()
+        table.create_write_transaction(
+            [],
+            mode="append",
+            schema=table.schema(),
+            commit_properties=CommitProperties(app_transactions=[Transaction("other", version)]),
+        )
+    store = LogStore(location)
+    round_trips: list[object] = []
+    original = LogStore._translated
+
+    def counted(call, what):
+        round_trips.append(what)
+        return original(call, what)
+
+    monkeypatch.setattr(LogStore, "_translated", staticmethod(counted))
+    view = LogView.load(store)
+    # _last_checkpoint, version 0, then 1 (a window of one), 2-9 (eight), 10-73 (64 at once)
+    assert len(round_trips) == 5, round_trips
+    assert view.version == DeltaTable(uri, storage_options=options).version() == 30
+    assert view.txns == {"other": 30}
+    round_trips.clear()
+    assert view.advance(store) == [] and len(round_trips) == 1  # one GET when current
