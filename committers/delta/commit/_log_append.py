@@ -210,8 +210,9 @@ class LogView:
             self.txns[app_id] = txn_version
 
     def advance(self, store: LogStore) -> list[LogCommit]:
-        """Read the commits after :attr:`version`, probing for each next one, and apply them;
-        returns them, oldest first."""
+        """Read the commits after :attr:`version`, probing for the next one (a backlog is read
+        ahead, see :meth:`LogStore.read_commits`), and apply them; returns them, oldest
+        first."""
         if self.confirmed_at and time.time() - self.confirmed_at > RECHECK_AFTER_SECONDS:
             self._catch_up_with_checkpoint(store)
         new = []
