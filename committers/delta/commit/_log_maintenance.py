@@ -15,13 +15,20 @@ Guarantees:
       raised into a commit; work that is due stays due until it succeeds or the process ends (a
       process that ends first leaves the table as after a commit without a checkpoint: valid,
       and the next interval writes one);
-    * the worker never waits for a commit nor a commit for it; one checkpoint at a time.
+    * the worker never waits for a commit nor a commit for it; one checkpoint at a time;
+    * the process never exits in the middle of a step: at interpreter exit every worker is
+      stopped and the step it is in (delta-rs native code, which crashed the interpreter
+      with SIGSEGV when it was still running during finalisation) is waited for, up to
+      :data:`EXIT_WAIT` seconds; work still due is left undone (the next process does it).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Mapping
 
 from deltalake import DeltaTable
@@ -36,6 +43,7 @@ log = logging.getLogger("committers.delta")
 DEFAULT_CHECKPOINT_INTERVAL = 100  # delta-rs's default for delta.checkpointInterval
 FIRST_RETRY_DELAY = 1.0
 MAX_RETRY_DELAY = 60.0
+EXIT_WAIT = 120.0  # seconds, for all workers together, at interpreter exit
 
 
 class LogMaintenance:
@@ -91,7 +99,14 @@ class LogMaintenance:
             self._stopped = True
             self._changed.notify_all()
 
+    def stop_and_wait(self, timeout: float) -> bool:
+        """:meth:`stop`, then wait for the step in progress (if any); whether it ended."""
+        self.stop()
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._busy, timeout)
+
     def _start(self) -> None:
+        _RUNNING.add(self)
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(
                 target=self._run, name=f"delta-log-maintenance {self._location.uri}", daemon=True
@@ -156,6 +171,24 @@ class LogMaintenance:
         else:
             self._table.update_incremental()
         return self._table
+
+
+#: Every maintenance that started a worker in this process (see :func:`_stop_all_at_exit`).
+_RUNNING: weakref.WeakSet[LogMaintenance] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    """Let no worker be inside a step when the interpreter finalises (see the module
+    docstring): atexit runs while daemon threads still run normally."""
+    deadline = time.monotonic() + EXIT_WAIT
+    for maintenance in list(_RUNNING):
+        if not maintenance.stop_and_wait(max(0.0, deadline - time.monotonic())):
+            log.warning(
+                "log maintenance of %s still running at exit after %.0fs",
+                maintenance._location,
+                EXIT_WAIT,
+            )
 
 
 def _checkpoint_interval(configuration: Mapping[str, str]) -> int:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,6 +17,8 @@ from deltalake import DeltaTable, write_deltalake
 from committers.delta.commit import _log_maintenance
 from committers.delta.commit._log_maintenance import LogMaintenance
 from committers.delta.storage._storage import TableLocation
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
 
 ROWS = pa.table({"id": [1]})
 
@@ -92,3 +97,41 @@ def test_expired_log_cleanup_every_n_versions_and_its_opt_out(tmp_path):
     assert not (log_dir / f"{0:020d}.json").exists()
     assert DeltaTable(uri).version() == 4
     assert len(DeltaTable(uri).to_pyarrow_table()) == 5
+
+
+def test_a_process_exiting_during_a_background_checkpoint_exits_cleanly(s3, bucket):
+    """A streaming committer is never closed, so a job can end while its worker is inside
+    delta-rs writing a checkpoint on S3; that native call still running while the interpreter
+    finalised crashed the process with SIGSEGV (seven exits in ten). Now the exit waits for
+    the step: every exit is clean, and the checkpoint it waited for is there."""
+    uri = f"s3://{bucket}/exit-during-checkpoint"
+    options = s3.storage_options()
+    for part in range(30):
+        write_deltalake(uri, pa.table({"id": [part]}), mode="append", storage_options=options)
+    codes = []
+    for delay in (0.0, 0.01, 0.05, 0.1, 0.2):
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "committers.tests._exit_during_checkpoint_driver",
+                uri,
+                json.dumps(options),
+                str(delay),
+            ],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        codes.append((run.returncode, run.stderr[-2000:]))
+    assert [code for code, _ in codes] == [0] * 5, codes
+    table = DeltaTable(uri, storage_options=options)
+    assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(range(30))
+    checkpoint = json.loads(
+        TableLocation.of(uri, options)
+        .filesystem()
+        .cat_file(f"{bucket}/exit-during-checkpoint/_delta_log/_last_checkpoint")
+    )
+    assert checkpoint["version"] == 29
