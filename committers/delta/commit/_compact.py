@@ -81,7 +81,7 @@ from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import walk
 from committers.delta.table._protocol import UnsupportedTableFeatureError, check_appends_only
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
-from committers.delta.table._schema import HIVE_NULL
+from committers.delta.table._schema import HIVE_NULL, serialize_partition_value
 from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.table._table import COMMIT_RUN_ID, delta_rs_path, open_table
 from committers.delta.write._committable import StagedFile, logged_records
@@ -553,7 +553,10 @@ class _PartitionSpellings:
     delta-rs gives a file's partition values typed (``get_add_actions``) and the spellings
     in the log only per partition (``partitions()``). A file gets the spelling whose value
     equals its typed value when exactly one spelling of that value exists and, where the
-    file sits under Hive directories (``name=value``), the directories spell the same.
+    file sits under Hive directories (``name=value``), the directories spell the same. When
+    the log holds the value in several spellings (a timestamp without a zone, as delta-rs
+    and older versions of this sink log it, beside one with its ``Z``), the file gets the
+    sink's own spelling if it is one of them, so that the partition compacts into one file.
     Otherwise ``None``: the file is left alone rather than given another spelling.
     """
 
@@ -598,13 +601,18 @@ class _PartitionSpellings:
     def of(self, index: int, decoded_path: str) -> tuple[str | None, ...] | None:
         if not self._columns:
             return ()
-        spellings = self._by_value.get(self._typed[index], [])
-        if len(spellings) != 1:
-            return None
+        typed = self._typed[index]
+        spellings = self._by_value.get(typed, [])
         hinted = self._hive_directories(decoded_path)
-        if hinted is not None and hinted != spellings[0]:
+        if hinted is not None and hinted not in spellings:
             return None
-        return spellings[0]
+        if len(spellings) == 1:
+            return spellings[0]
+        ours = tuple(
+            serialize_partition_value(pa.scalar(value, type=t).as_py())
+            for value, t in zip(typed, self._types, strict=True)
+        )
+        return ours if ours in spellings else None
 
     def _hive_directories(self, decoded_path: str) -> tuple[str | None, ...] | None:
         directories = decoded_path.split("/")[:-1][-len(self._columns) :]

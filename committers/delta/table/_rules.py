@@ -463,7 +463,8 @@ def _output(shape: TableShape) -> tuple[tuple[PlannedColumn, ...], FileLayout]:
 def _partition_value_sql(column: str, delta_type: object) -> str:
     """Spark SQL spelling a partition value as the Delta log stores it (NULL stays NULL)."""
     if delta_type == "timestamp":
-        # UTC wall-clock time, whatever the session time zone: computed from the instant.
+        # The instant in UTC, ISO 8601 with its "Z" (as delta-spark writes it, and read the
+        # same in any session time zone), computed from the instant, not the session's zone.
         micros = f"unix_micros({column})"
         of_day = f"pmod({micros}, {_MICROS_PER_DAY})"
         days = f"div({micros} - {of_day}, {_MICROS_PER_DAY})"  # exact floor, also before 1970
@@ -473,11 +474,11 @@ def _partition_value_sql(column: str, delta_type: object) -> str:
             return f"lpad(CAST({value} AS STRING), 2, '0')"
 
         return (
-            f"concat(CAST({day} AS STRING), ' ', "
+            f"concat(CAST({day} AS STRING), 'T', "
             f"{two(f'div({of_day}, 3600000000)')}, ':', "
             f"{two(f'pmod(div({of_day}, 60000000), 60)')}, ':', "
             f"{two(f'pmod(div({of_day}, 1000000), 60)')}, '.', "
-            f"lpad(CAST(pmod({of_day}, 1000000) AS STRING), 6, '0'))"
+            f"lpad(CAST(pmod({of_day}, 1000000) AS STRING), 6, '0'), 'Z')"
         )
     if delta_type == "timestamp_ntz":
         return f"date_format({column}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"

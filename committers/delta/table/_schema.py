@@ -285,16 +285,20 @@ def check_partition_columns(
 
 
 def serialize_partition_value(value: Any) -> str | None:
-    """Spell a partition value the way the Delta protocol records it."""
+    """Spell a partition value the way the Delta protocol records it: an aware datetime
+    (``timestamp``) as ``2026-11-21T10:00:00.123456Z``, a naive one (``timestamp_ntz``) as
+    ``2026-11-21 10:00:00.123456``."""
     if value is None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime.datetime):
-        stamp: datetime.datetime = value
-        if stamp.tzinfo is not None:
-            stamp = stamp.astimezone(datetime.timezone.utc).replace(tzinfo=None)
-        return stamp.isoformat(sep=" ", timespec="microseconds")
+        if value.tzinfo is None:  # timestamp_ntz: wall-clock time, no zone to name
+            return value.isoformat(sep=" ", timespec="microseconds")
+        # timestamp: the instant in UTC, ISO 8601 with its "Z", as delta-spark writes it. A
+        # spelling without a zone is read in the reader's session time zone by delta-spark.
+        utc = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return utc.isoformat(timespec="microseconds") + "Z"
     if isinstance(value, (datetime.date, decimal.Decimal, int, float, str)):
         return str(value)
     if isinstance(value, bytes):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import os
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, Field, QueryBuilder, Schema
+from deltalake import DeltaTable, Field, QueryBuilder, Schema, write_deltalake
 from deltalake.schema import StructType
 
 from committers.delta import DeltaSink
@@ -147,28 +148,90 @@ def test_timestamp_and_timestamp_ntz_partitions(delta_spark, tmp_path):
     assert [r["id"] for r in found] == [2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="The sink spells a timestamp partition value as UTC wall-clock time without a zone "
-    "('2026-11-21 10:00:00.123456'; committers/delta/table/_rules.py _partition_value_sql, "
-    "committers/delta/table/_schema.py serialize_partition_value). delta-spark reads that spelling "
-    "in the session time zone, so in any session not set to UTC every row's timestamp partition "
-    "value is shifted by the zone's offset (and partition filters miss). delta-spark itself "
-    "writes ISO 8601 in UTC ('2026-11-21T10:00:00.123456Z'), which every reader takes as UTC.",
-)
 @pytest.mark.usefixtures("each_staging")
 def test_timestamp_partition_values_read_the_same_in_any_session_time_zone(delta_spark, tmp_path):
+    """A timestamp partition value is logged as its instant in UTC with the zone spelled out,
+    as delta-spark writes it: a session in another time zone reads the same instant and its
+    partition filters find it (a spelling without a zone would shift every value by the
+    session's offset)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    df = spark.sql("SELECT 1L AS id, TIMESTAMP'2026-11-21 10:00:00.123456' AS ts")
+    df = spark.sql(
+        "SELECT 1L AS id, TIMESTAMP'2026-11-21 10:00:00.123456' AS ts UNION ALL "
+        "SELECT 2L, TIMESTAMP'9999-12-31 23:59:59.999999' UNION ALL "
+        "SELECT 3L, TIMESTAMP'0001-01-01 00:00:00' UNION ALL SELECT 4L, NULL"
+    )
     _sink(uri, partition_by=["ts"]).write(df)
-    expected = [(1, 1795255200123456)]  # microseconds since the epoch: the instant written
+    commit = Path(uri, "_delta_log", f"{0:020d}.json").read_text().splitlines()
+    adds = [json.loads(line)["add"] for line in commit if '"add"' in line]
+    logged = {add["partitionValues"]["ts"] for add in adds}
+    assert logged == {
+        "2026-11-21T10:00:00.123456Z",
+        "9999-12-31T23:59:59.999999Z",
+        "0001-01-01T00:00:00.000000Z",
+        None,
+    }
+    micros = {1: 1795255200123456, 2: 253402300799999999, 3: -62135596800000000, 4: None}
     spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
     try:
         read = spark.read.format("delta").load(uri).selectExpr("id", "unix_micros(ts)")
-        assert [tuple(row) for row in read.collect()] == expected
+        assert sorted(tuple(row) for row in read.collect()) == sorted(micros.items())
+        at_ten_utc = "ts = TIMESTAMP'2026-11-21 02:00:00.123456'"  # in Los Angeles
+        found = spark.read.format("delta").load(uri).where(at_ten_utc).collect()
+        assert [r["id"] for r in found] == [1]
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
+    read = assert_all_read(spark, uri)
+    assert sorted(r["id"] for r in read) == [1, 2, 3, 4]
+
+
+def _logged_timestamps(uri: str) -> set[str | None]:
+    """Every ``ts`` partition value in the table's commit files, as spelled there."""
+    spelled = set()
+    for commit in sorted(Path(uri, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            if '"add"' in line:
+                spelled.add(json.loads(line)["add"]["partitionValues"]["ts"])
+    return spelled
+
+
+def test_timestamp_partitions_logged_without_a_zone_take_appends_upserts_compaction_overwrite(
+    delta_spark, tmp_path
+):
+    """delta-rs (and this sink before it logged the zone) spell a timestamp partition value as
+    UTC wall-clock time without one. The sink's appends, upsert, compaction and overwrite over
+    such a table match those values by their instant: every row once, in its partition."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
+    at = [datetime.datetime(2026, 11, 21, h, 0, 0, 123456, tzinfo=UTC) for h in (10, 11, 12)]
+    write_deltalake(uri, pa.table({"id": [1, 2, 3], "ts": at}, schema=schema), partition_by=["ts"])
+    assert _logged_timestamps(uri) == {  # the premise: no zone in the log
+        "2026-11-21 10:00:00.123456",
+        "2026-11-21 11:00:00.123456",
+        "2026-11-21 12:00:00.123456",
+    }
+
+    def at_hours(*rows: tuple[int, int]):
+        values = ", ".join(f"({i}L, {h})" for i, h in rows)
+        return spark.sql(
+            "SELECT id, TIMESTAMP'2026-11-21 00:00:00.123456' + make_interval(0,0,0,0,h,0,0) AS ts"
+            f" FROM VALUES {values} AS v(id, h)"
+        )
+
+    def hours() -> dict[int, int]:
+        rows = assert_all_read(spark, uri)
+        assert {(r["ts"].minute, r["ts"].microsecond) for r in rows} == {(0, 123456)}
+        return {r["id"]: r["ts"].hour for r in rows}
+
+    _sink(uri).write(at_hours((4, 10), (5, 13)))
+    _sink(uri, mode="upsert", keys=["id"]).write(at_hours((1, 10), (7, 12)))
+    DeltaSink(uri, app_id="interop").compact(spark)
+    assert hours() == {1: 10, 2: 11, 3: 12, 4: 10, 5: 13, 7: 12}
+    live = pa.table(DeltaTable(uri).get_add_actions(flatten=True)).to_pylist()
+    assert len({a["partition.ts"] for a in live}) == len(live) == 4  # one file per partition
+    _sink(uri, mode="overwrite").write(at_hours((8, 11), (9, 14)))
+    assert hours() == {8: 11, 9: 14}
 
 
 def test_an_empty_first_batch_makes_a_table_delta_spark_reads(delta_spark, tmp_path):
