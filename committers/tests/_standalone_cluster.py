@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from committers.tests._spark_helpers import TEST_JVM_OPTIONS
+
 _START_TIMEOUT = 60.0
 
 
@@ -87,7 +89,12 @@ def _wait_for(log: Path, text: str, count: int, process: subprocess.Popen[bytes]
 def standalone_cluster(workdir: Path, workers: int = 2) -> Iterator[StandaloneCluster]:
     """Start a master on 127.0.0.1 and ``workers`` one-core, 1 GiB workers on 127.0.0.2, ...
     and stop them all on exit."""
-    env = {**os.environ, "SPARK_HOME": str(_spark_home()), "SPARK_NO_DAEMONIZE": "1"}
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(_spark_home()),
+        "SPARK_NO_DAEMONIZE": "1",
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS,  # the master's and workers' JVMs
+    }
     env.pop("SPARK_LOCAL_IP", None)  # each process binds the host it is given
     port = _free_port()
     master_url = f"spark://127.0.0.1:{port}"

@@ -41,6 +41,8 @@ from deltalake import DeltaTable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from committers.tests._spark_helpers import TEST_JVM_OPTIONS
+
 # Kills processes: runs in its own pytest-xdist worker, beside the rest (`make test`).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("kills_processes")]
 
@@ -297,6 +299,8 @@ def test_a_packed_venv_shipped_with_archives_runs_a_job_on_separate_executors(
                     *("--conf", "spark.driver.host=127.0.0.1"),
                     *("--conf", "spark.ui.enabled=false"),
                     *("--conf", "spark.sql.shuffle.partitions=2"),
+                    *("--conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTIONS}"),
+                    *("--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}"),
                     str(job),
                     str(table),
                 ],
