@@ -63,11 +63,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from committers.delta.format._format_writer import FORMAT_NAME, batch_writer, stream_writer
 from committers.delta.read._source import FETCH_BATCHES, DeltaScan, delta_source
 from committers.delta.read._stream import DeltaLogTail, StreamStart
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import without_field_metadata
+from committers.delta.table._schema import FORMAT_NAME
 from committers.delta.table._skipping import Op, Predicate, is_exact
 from committers.delta.table._snapshot import Snapshot, SnapshotSpec, open_snapshot
 from framework.errors import ConfigurationError
@@ -428,8 +428,14 @@ class DeltaDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> SinkBatchWriter:
         """``df.write.format("deltalake")``: one exactly-once commit (see
         ``_format_writer.py`` for the options and the checks)."""
+        # Loaded here, not at the top: the processes that only read (a streaming read's
+        # Python runner, a scan's tasks) then never import the sink, 0.8 s of CPU each.
+        from committers.delta.format._format_writer import batch_writer
+
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> SinkStreamWriter:
         """``df.writeStream.format("deltalake")``: one exactly-once commit per micro-batch."""
+        from committers.delta.format._format_writer import stream_writer
+
         return stream_writer(self.options, schema, overwrite)

@@ -44,7 +44,7 @@ from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import ArrayType, DeltaField, MapType, StructType, walk
 from committers.delta.table._replace_where import ReplaceWhere
 from committers.delta.table._rules import MAX_MICROS, MIN_MICROS, TableShape
-from committers.delta.table._schema import FORMAT_SPELLING, HIVE_NULL
+from committers.delta.table._schema import FORMAT_NAME, FORMAT_SPELLING, HIVE_NULL
 from framework.errors import (
     ConfigurationError,
     ConstraintViolationError,
@@ -61,9 +61,6 @@ __all__ = [
     "batch_writer",
     "stream_writer",
 ]
-
-#: The name both directions of the format register under (read in ``_format.py``).
-FORMAT_NAME = "deltalake"
 
 log = logging.getLogger("committers.delta")
 

@@ -11,10 +11,11 @@ between calls.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from framework.retry import ErrorClassification, Verdict
 
@@ -37,6 +38,7 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+@functools.cache  # on first use: importing aiohttp and botocore costs 0.3 s of CPU
 def _transport_error_types() -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = [
         ConnectionError,  # builtin: reset, refused, aborted, broken pipe
@@ -66,6 +68,7 @@ def _transport_error_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
+@functools.cache
 def _not_sent_error_types() -> tuple[type[BaseException], ...]:
     """Transport errors raised before a request reached the server: safe to repeat."""
     types: list[type[BaseException]] = [ConnectionRefusedError]
@@ -118,12 +121,6 @@ class S3ErrorClassifier:
         }
     )
     transport: Verdict = Verdict.RETRY
-    _transport_types: tuple[type[BaseException], ...] = field(
-        default_factory=_transport_error_types, repr=False, compare=False
-    )
-    _not_sent_types: tuple[type[BaseException], ...] = field(
-        default_factory=_not_sent_error_types, repr=False, compare=False
-    )
 
     def response_of(self, err: BaseException) -> tuple[int | None, str | None]:
         """(HTTP status, S3 error code) of the first S3 error response in ``err``'s chain."""
@@ -139,7 +136,7 @@ class S3ErrorClassifier:
 
     def never_sent(self, err: BaseException) -> bool:
         """Whether ``err`` was raised before the request reached the server (e.g. refused)."""
-        return any(isinstance(exc, self._not_sent_types) for exc in _chain(err))
+        return any(isinstance(exc, _not_sent_error_types()) for exc in _chain(err))
 
     def __call__(self, err: BaseException) -> Verdict:
         status, code = self.response_of(err)
@@ -149,7 +146,7 @@ class S3ErrorClassifier:
             return Verdict.FAIL
         if self.never_sent(err):
             return Verdict.RETRY
-        if any(isinstance(exc, self._transport_types) for exc in _chain(err)):
+        if any(isinstance(exc, _transport_error_types()) for exc in _chain(err)):
             return self.transport
         return Verdict.FAIL
 

@@ -15,6 +15,7 @@ from committers.delta.table._delta_schema import parse_arrow_schema, spark_type
 from framework.errors import InvalidSchemaError, SchemaMismatchError, UnsupportedTypeError
 
 __all__ = [
+    "FORMAT_NAME",
     "FORMAT_SPELLING",
     "SINK_SPELLING",
     "OptionSpelling",
@@ -49,6 +50,8 @@ class OptionSpelling:
 
 #: ``DeltaSink``'s keyword arguments.
 SINK_SPELLING = OptionSpelling(merge_schema="pass schema_mode='merge'", partition_by="partition_by")
+#: The name both directions of the Spark format register under (``committers.delta.format``).
+FORMAT_NAME = "deltalake"
 #: The ``"deltalake"`` format's ``.option(...)`` names, as delta-spark spells them.
 FORMAT_SPELLING = OptionSpelling(
     merge_schema='set .option("mergeSchema", "true")', partition_by="partitionBy"
