@@ -410,6 +410,10 @@ class LogStore:
     def _path(self, name: str) -> str:
         return self._location.path(f"{LOG_DIR}/{name}")
 
+    def _key(self, name: str) -> str:
+        """The S3 object key of ``_delta_log/<name>``."""
+        return f"{self._location.key_prefix}/{LOG_DIR}/{name}".lstrip("/")
+
     def read(self, name: str) -> bytes | None:
         """The content of ``_delta_log/<name>``, or ``None`` if there is no such file (the
         probe: one open, or one GET, whatever the size of the log)."""
@@ -455,7 +459,7 @@ class LogStore:
         from botocore.exceptions import ClientError
 
         client = await self._location.filesystem().set_session()
-        key = f"{self._location.key_prefix}/{LOG_DIR}/{name}".lstrip("/")
+        key = self._key(name)
         try:
             response = await client.get_object(Bucket=self._location.bucket, Key=key)
         except ClientError as err:
@@ -543,7 +547,7 @@ class LogStore:
         from fsspec.asyn import sync
 
         fs = self._location.filesystem()
-        key = f"{self._location.key_prefix}/{LOG_DIR}/{name}".lstrip("/")
+        key = self._key(name)
 
         async def put() -> None:
             client = await fs.set_session()
