@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from committers.delta.write._options import WriterOptions
     from committers.delta.write._upsert_spec import UpsertConflictError
 
+# A table read back with delta-rs can otherwise abort the interpreter at exit (SIGABRT,
+# "terminate called without an active exception"): see committers/delta/table/_shutdown.py.
 _register_clean_exit()
 
 #: Public name -> the module defining it.
