@@ -7,10 +7,11 @@ Usage: python benchmarks/long_run.py [BATCHES] [--trigger-ms N] [--log-retention
 A rate source (200 rows/s) feeds ``TwoPhaseSink(DeltaSink(...)).write_stream`` with a short
 processing-time trigger, once per auto-compaction setting asked (``both``: with it, then
 without, each into its own table). Per window of 100 batches it prints the commit latency
-(p50/p99 of ``BatchMetrics.commit_ms``), the table's live files and the compactions so far,
-the size of ``_delta_log`` and how many log checkpoints it holds, and the resident memory of
-the Python driver and of the driver JVM. The figures are timings: take them on a quiet machine
-(the 1-minute load average is printed).
+(p50/p99 of ``BatchMetrics.commit_ms``), the time after the commits (p50/max of
+``BatchMetrics.upkeep_ms``: staging clean-up and auto-compactions), the table's live files
+and the compactions so far, the size of ``_delta_log`` and how many log checkpoints it holds,
+and the resident memory of the Python driver and of the driver JVM. The figures are timings:
+take them on a quiet machine (the 1-minute load average is printed).
 """
 
 from __future__ import annotations
@@ -91,24 +92,27 @@ def run_stream(spark, workdir: Path, args: argparse.Namespace, auto_compact: boo
     table = workdir / f"table-{label}-auto-compaction"
     jvm = driver_jvm_pid()
     commit_ms: list[float] = []
+    upkeep_ms: list[float] = []
     rows: list[int] = []
     done = threading.Event()
     print(f"\n{label} auto-compaction (min_num_files={args.min_files}): {table}")
     print(
-        "batches    commit p50 ms  p99 ms  live files  compactions  log KiB  commits"
-        "  checkpoints  python MiB  jvm MiB"
+        "batches    commit p50 ms  p99 ms  upkeep p50 ms  max ms  live files  compactions"
+        "  log KiB  commits  checkpoints  python MiB  jvm MiB"
     )
 
     def on_batch(metrics) -> None:  # type: ignore[no-untyped-def]
         commit_ms.append(metrics.commit_ms)
+        upkeep_ms.append(metrics.upkeep_ms)
         rows.append(metrics.rows)
         count = len(commit_ms)
         if count % args.window == 0 or count == args.batches:
-            window = commit_ms[-args.window :]
+            window, upkeep = commit_ms[-args.window :], upkeep_ms[-args.window :]
             size, commits, checkpoints = log_figures(table)
             print(
                 f"{max(1, count - args.window + 1):>4}-{count:<5} "
                 f"{statistics.median(window):>12.1f}  {percentile(window, 0.99):>6.1f}"
+                f"  {statistics.median(upkeep):>13.1f}  {max(upkeep):>6.0f}"
                 f"  {live_files(table):>10}  {compactions(table):>11}  {size:>7.0f}"
                 f"  {commits:>7}  {checkpoints:>11}  {rss_mib(os.getpid()):>10.0f}"
                 f"  {rss_mib(jvm):>7.0f}",

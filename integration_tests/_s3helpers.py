@@ -8,6 +8,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from committers.delta.commit._staging_cleanup import wait_all_idle
 from integration_tests._s3server import S3Server
 
 STAGING_DIR = "_sink_staging"
@@ -44,7 +45,10 @@ class S3Table:
         return sorted(table.column("id").to_pylist())
 
     def keys(self) -> list[str]:
-        """Every object key under the table root, relative to it."""
+        """Every object key under the table root, relative to it, once the staging clean-up
+        this process handed to background workers is done (a stream's last batch returns
+        before it)."""
+        assert wait_all_idle(60.0), "the background staging clean-up did not finish in 60 s"
         start = len(self.prefix) + 1
         return [k[start:] for k in self.server.list_keys(self.bucket, self.prefix + "/")]
 

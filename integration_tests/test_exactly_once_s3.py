@@ -155,3 +155,37 @@ def test_two_app_ids_write_one_table_concurrently(spark, table: S3Table, tmp_pat
     assert handle.transaction_version("app-a") == 2
     assert handle.transaction_version("app-b") == 2
     table.assert_no_orphans()
+
+
+@pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
+def test_staging_of_a_driver_lost_before_its_background_clean_up_is_swept(
+    table: S3Table, tmp_path: Path
+) -> None:
+    """Batches return before their staging is cleaned up (on S3 a worker does it); a driver
+    lost in between leaves it, Spark runs no batch again, and the next run sweeps it."""
+    src, chk = make_source(tmp_path, 2), str(tmp_path / "chk")
+    command = [sys.executable, "-m", "integration_tests._s3_driver", str(src), table.uri, chk]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "SINK_TEST_STORAGE_OPTIONS": json.dumps(table.options),
+    }
+    run = {"cwd": REPO_ROOT, "capture_output": True, "text": True, "timeout": 300}
+    lost = subprocess.run(  # type: ignore[call-overload]
+        command, env={**env, "SINK_TEST_LOSE_CLEAN_UP": "1"}, start_new_session=True, **run
+    )
+    assert "KILLING DRIVER BEFORE ITS CLEAN-UP" in lost.stdout, lost.stderr[-3000:]
+    assert "BATCHES [(0, 'committed'), (1, 'committed')]" in lost.stdout
+    assert lost.returncode == -9
+    assert table.ids() == list(range(20))
+    staged_epochs = {key.split("/")[3] for key in table.staged_leftovers()}
+    assert staged_epochs == {"0", "1"}
+
+    write_source_file(src, "part-100", range(1000, 1010))
+    restarted = subprocess.run(command, env=env, start_new_session=True, **run)  # type: ignore[call-overload]
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert "BATCHES [(2, 'committed')]" in restarted.stdout  # nothing ran again
+    values = table.ids()
+    assert_no_duplicates(values)
+    assert values == [*range(20), *range(1000, 1010)]
+    table.assert_no_orphans()

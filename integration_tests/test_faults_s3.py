@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from committers.delta import DeltaSink
+from committers.delta.commit._staging_cleanup import wait_all_idle
 from committers.tests._spark_helpers import file_stream, make_source, run_available_now
 from framework import TwoPhaseSink
 from integration_tests._fault_proxy import FAULT_KINDS, FaultProxy, _ProxyCore
@@ -58,6 +59,7 @@ def test_streaming_job_survives_ten_percent_faults(spark, table: S3Table, tmp_pa
             DeltaSink(table.uri, app_id="faulty", partition_by=["day"], storage_options=options)
         )
         run_available_now(sink, file_stream(spark, src), tmp_path / "chk")
+        assert wait_all_idle(120.0)  # the last batch's staging clean-up goes through the proxy
         faults = dict(proxy.faults)
         requests = dict(proxy.requests)
 

@@ -21,7 +21,10 @@ class BatchMetrics:
             ``delivered`` (at-least-once sink, all requests acknowledged).
         files, bytes: committed output (0 for skipped batches and at-least-once sinks).
         rows: input rows the tasks wrote (committed or delivered; 0 for skipped batches).
-        stage_ms: time spent in Spark tasks; commit_ms: time of the commit on the driver.
+        stage_ms: time spent in Spark tasks; commit_ms: time of the commit on the driver;
+            upkeep_ms: time on the driver after the commit (or the replay check of a skipped
+            batch) before the batch returned: the staging clean-up (handed to a worker on
+            object stores) and the committer's upkeep, such as an auto-compaction.
         destination: where the sink writes (a Delta table's URI).
         version: the destination's version holding the batch (the Delta table version of the
             commit, or of the earlier commit a skipped replay found), ``None`` if unknown.
@@ -44,6 +47,7 @@ class BatchMetrics:
     version: int | None = None
     output_mode: str = "append"
     writer_metrics: Mapping[str, int] = field(default_factory=dict)
+    upkeep_ms: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values, e.g. for JSON or a metrics exporter."""
@@ -60,5 +64,6 @@ class BatchMetrics:
             f"batch={self.batch_id} epoch={self.epoch_id} app_id={self.app_id} "
             f"status={self.status} destination={self.destination}{version}{mode} "
             f"files={self.files} rows={self.rows} bytes={self.bytes} "
-            f"stage_ms={self.stage_ms:.0f} commit_ms={self.commit_ms:.1f}{counters}"
+            f"stage_ms={self.stage_ms:.0f} commit_ms={self.commit_ms:.1f} "
+            f"upkeep_ms={self.upkeep_ms:.1f}{counters}"
         )

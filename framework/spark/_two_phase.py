@@ -521,10 +521,11 @@ class TwoPhaseSink:
         if committer is not None and committer.is_committed(epoch):
             if not epoch.bounded:
                 _run_without_output(df)
+            started = time.perf_counter()
             committer.clean_up(epoch)
-            metrics = self._record(batch_id, epoch, "skipped", committer)
             _after_epoch(committer, epoch)
-            return metrics
+            upkeep = time.perf_counter() - started
+            return self._record(batch_id, epoch, "skipped", committer, upkeep_seconds=upkeep)
         started = time.perf_counter()
         group: str | None = None
         try:
@@ -571,7 +572,8 @@ class TwoPhaseSink:
             raise
         committed = time.perf_counter()
         committer.clean_up(epoch)
-        metrics = self._record(
+        _after_epoch(committer, epoch)
+        return self._record(
             batch_id,
             epoch,
             "committed",
@@ -579,11 +581,10 @@ class TwoPhaseSink:
             committables=committables,
             stage_seconds=staged - started,
             commit_seconds=committed - staged,
+            upkeep_seconds=time.perf_counter() - committed,
             rows=rows,
             counters=counters,
         )
-        _after_epoch(committer, epoch)
-        return metrics
 
     def _record(
         self,
@@ -595,10 +596,12 @@ class TwoPhaseSink:
         committables: list[Any] | None = None,
         stage_seconds: float = 0.0,
         commit_seconds: float = 0.0,
+        upkeep_seconds: float = 0.0,
         rows: int = 0,
         counters: dict[str, int] | None = None,
     ) -> BatchMetrics:
-        """Keep, log and hand out the batch's metrics (after its commit or skip)."""
+        """Keep, log and hand out the batch's metrics (after its commit or skip, its clean-up
+        and the committer's upkeep)."""
         committables = committables or []
         metrics = BatchMetrics(
             batch_id=batch_id,
@@ -610,6 +613,7 @@ class TwoPhaseSink:
             bytes=sum(getattr(c, "size", 0) for c in committables),
             stage_ms=stage_seconds * 1000,
             commit_ms=commit_seconds * 1000,
+            upkeep_ms=upkeep_seconds * 1000,
             destination=self.sink.destination,
             version=None if committer is None else committer.committed_version(epoch),
             output_mode=epoch.output_mode,

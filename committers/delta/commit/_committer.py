@@ -59,17 +59,10 @@ from committers.delta.commit._sequence import (
     files_gone,
     write_transaction,
 )
+from committers.delta.commit._staging_cleanup import StagingCleaner, remove_leftovers
 from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert_plan import classic_session
-from committers.delta.storage._staging import (
-    epoch_staging_dir,
-    is_run_manifest,
-    read_manifests,
-    remove_empty_directories,
-    remove_empty_staging_dirs,
-)
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
-from committers.delta.storage._upload import abort_incomplete_uploads
 from committers.delta.table._identity import (
     IDENTITY_FEATURE,
     IDENTITY_TAG,
@@ -97,7 +90,6 @@ from committers.delta.table._table import (
     COMMIT_WRITER,
     CommitRecord,
     added_paths,
-    delete_files,
     find_commit,
     find_run,
     removal_path,
@@ -218,6 +210,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         # Blind appends straight into the log; checkpoints and log clean-up off the commit path.
         self._appender = LogAppender(location) if LogStore.supports(location) else None
         self._maintenance = LogMaintenance(location, cleanup_every=log_cleanup_every)
+        self._cleaner = StagingCleaner(location)
         self._auto_compactor = auto_compactor
 
     # -- table handle ---------------------------------------------------------------------
@@ -787,8 +780,9 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         return self._versions.get(_key(epoch))
 
     def close(self) -> None:
-        """Let the log maintenance due after the last commit finish (up to
-        ``MAINTENANCE_CLOSE_WAIT`` seconds), then stop it."""
+        """Let the staging clean-up handed over and the log maintenance due after the last
+        commit finish (up to ``MAINTENANCE_CLOSE_WAIT`` seconds each), then stop the latter."""
+        self._cleaner.wait_idle(MAINTENANCE_CLOSE_WAIT)
         self._maintenance.wait_idle(MAINTENANCE_CLOSE_WAIT)
         self._maintenance.stop()
 
@@ -1046,38 +1040,32 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         return True, None if record is None else added_paths(self._location, record.version)
 
     def clean_up(self, epoch: Epoch) -> None:
-        """Delete staged files of ``epoch`` that no commit references, then their manifests.
+        """Delete staged files of ``epoch`` that no commit references, then their manifests
+        (see :func:`remove_leftovers`).
 
-        Once the epoch is committed, leftovers of *every* run of it are deleted (failed task
-        attempts, a crashed earlier run, a zombie's copy). While it is not committed, only this
-        run's own staging is deleted: another run of the same writer (a zombie driver, a
-        concurrent re-run of a bounded write) may still be about to commit its files.
+        A committed micro-batch on an object store is handed to the background cleaner
+        (:class:`StagingCleaner`) instead: its commit step does not wait for the listing and
+        deletes; :meth:`close` does.
         """
         attempts = self._committed_attempts.pop(_key(epoch), set())
-        manifests = read_manifests(self._location, epoch, committed_attempts=attempts)
         committed, committed_files = self._committed_files(epoch)
         self._committed_paths.pop(_key(epoch), None)
         self._read_before.pop(_key(epoch), None)
-        if not manifests:
+        if committed and committed_files is not None and self._cleans_in_background(epoch):
+            self._cleaner.hand_over(epoch, committed_files, attempts)
             return
-        if committed_files is None:
-            log.warning(
-                "batch %s is committed but its commit is not in recent history; leaving its "
-                "staged files for remove_orphan_files()",
-                epoch.epoch_id,
-            )
-            return
-        if not committed:
-            manifests = {m: f for m, f in manifests.items() if is_run_manifest(m, epoch)}
-        orphans = set().union(*(m.files for m in manifests.values())) - committed_files
-        fs = self._location.filesystem()
-        delete_files(fs, [self._location.path(relative) for relative in sorted(orphans)])
-        crash_point("clean_up", epoch.epoch_id)
-        abort_incomplete_uploads(self._location, orphans)  # of attempts killed mid-upload
-        for directory in set().union(*(m.directories for m in manifests.values())):
-            remove_empty_directories(self._location, directory)
-        delete_files(fs, sorted(manifests))
-        remove_empty_staging_dirs(self._location, epoch_staging_dir(epoch))
+        remove_leftovers(
+            self._location,
+            epoch,
+            committed=committed,
+            committed_files=committed_files,
+            committed_attempts=attempts,
+        )
+
+    def _cleans_in_background(self, epoch: Epoch) -> bool:
+        """Micro-batches on object stores (where clean-up costs requests) are cleaned up by
+        the worker; bounded writes and local tables synchronously."""
+        return not epoch.bounded and not self._location.is_local
 
     def after_epoch(self, epoch: Epoch) -> None:
         """Auto-compaction, when due (see ``_auto_compact``); never raises an ``Exception``."""

@@ -36,7 +36,7 @@ from deltalake import DeltaTable
 from committers.delta.storage._storage import TableLocation
 from framework.connector import crash_point
 
-__all__ = ["DEFAULT_CHECKPOINT_INTERVAL", "LogMaintenance"]
+__all__ = ["DEFAULT_CHECKPOINT_INTERVAL", "LogMaintenance", "newest_handle"]
 
 log = logging.getLogger("committers.delta")
 
@@ -165,11 +165,7 @@ class LogMaintenance:
 
     def _handle(self) -> DeltaTable:
         """The worker's handle at the newest version (read here, off the commit path)."""
-        if self._table is None:
-            uri, options = self._location.uri, self._location.delta_storage_options()
-            self._table = DeltaTable(uri, storage_options=options)
-        else:
-            self._table.update_incremental()
+        self._table = newest_handle(self._location, self._table)
         return self._table
 
 
@@ -189,6 +185,15 @@ def _stop_all_at_exit() -> None:
                 maintenance._location,
                 EXIT_WAIT,
             )
+
+
+def newest_handle(location: TableLocation, table: DeltaTable | None) -> DeltaTable:
+    """``table`` advanced to the newest version, or a new handle of ``location`` when there is
+    none yet (a worker thread's own handle: the committer's is never shared across threads)."""
+    if table is None:
+        return DeltaTable(location.uri, storage_options=location.delta_storage_options())
+    table.update_incremental()
+    return table
 
 
 def _checkpoint_interval(configuration: Mapping[str, str]) -> int:

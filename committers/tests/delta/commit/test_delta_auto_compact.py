@@ -105,10 +105,20 @@ def test_a_stream_of_small_batches_is_compacted_between_batches(spark, tmp_path)
     sees every row exactly once."""
     src = make_source(tmp_path, files=10, per_file=PER_FILE)
     uri = str(tmp_path / "table")
-    sink = TwoPhaseSink(DeltaSink(uri, app_id="small", auto_compact=AutoCompact(min_num_files=4)))
+    seen_at_report: dict[int, int] = {}  # batch -> table version when its metrics came
+    sink = TwoPhaseSink(
+        DeltaSink(uri, app_id="small", auto_compact=AutoCompact(min_num_files=4)),
+        on_batch=lambda m: seen_at_report.update({m.batch_id: DeltaTable(uri).version()}),
+    )
     run_available_now(sink, file_stream(spark, src), tmp_path / "chk")
 
     assert [b.status for b in sink.batches] == ["committed"] * 10
+    # a batch's metrics come after its upkeep, the compaction it triggered included
+    compacted_after = {b.batch_id for b in sink.batches if b.version + 1 in dict(_compactions(uri))}
+    assert compacted_after
+    for batch in sink.batches:
+        assert batch.upkeep_ms > 0
+        assert seen_at_report[batch.batch_id] == batch.version + (batch.batch_id in compacted_after)
     assert _ids(uri) == list(range(10 * PER_FILE))
     compactions = _compactions(uri)
     assert len(compactions) >= 2

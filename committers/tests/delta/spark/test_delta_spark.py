@@ -239,12 +239,13 @@ def test_per_batch_log_line_and_metrics(spark, tmp_path, caplog):
     assert metrics.bytes == sum(
         os.path.getsize(os.path.join(table, f)) for f in committed_files(table)
     )
-    assert metrics.commit_ms > 0 and metrics.stage_ms > 0
+    assert metrics.commit_ms > 0 and metrics.stage_ms > 0 and metrics.upkeep_ms > 0
     assert sink.last_batch == metrics
     lines = [r.getMessage() for r in caplog.records if r.name == "framework.spark"]
     assert any(
         f"status=committed destination={table} version=0 files=4 rows=1000" in line
         and "commit_ms=" in line
+        and "upkeep_ms=" in line
         for line in lines
     ), lines
 
