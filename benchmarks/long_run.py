@@ -17,6 +17,7 @@ take them on a quiet machine (the 1-minute load average is printed).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import tempfile
@@ -72,15 +73,16 @@ def live_files(table: Path) -> int:
     return len(DeltaTable(str(table)).file_uris())
 
 
-def compactions(table: Path) -> int:
-    """Commits of the table that are compactions (``sink.operation``)."""
-    from committers.delta.commit._compact import COMMIT_OPERATION
+class CompactionCounter(logging.Handler):
+    """Counts the auto-compactions the sink starts (its INFO line), whatever the log keeps:
+    with a short ``delta.logRetentionDuration`` their commits are soon cleaned up."""
 
-    count = 0
-    for commit in (table / "_delta_log").glob("[0-9]*.json"):
-        with commit.open() as lines:
-            count += any(COMMIT_OPERATION in line and '"commitInfo"' in line for line in lines)
-    return count
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("auto-compaction of ")
 
 
 def run_stream(spark, workdir: Path, args: argparse.Namespace, auto_compact: bool) -> None:  # type: ignore[no-untyped-def]
@@ -91,6 +93,10 @@ def run_stream(spark, workdir: Path, args: argparse.Namespace, auto_compact: boo
     label = "with" if auto_compact else "without"
     table = workdir / f"table-{label}-auto-compaction"
     jvm = driver_jvm_pid()
+    compactions = CompactionCounter()
+    sink_log = logging.getLogger("committers.delta")
+    sink_log.addHandler(compactions)
+    sink_log.setLevel(logging.INFO)  # no handler prints INFO: the counter alone sees it
     commit_ms: list[float] = []
     upkeep_ms: list[float] = []
     rows: list[int] = []
@@ -113,7 +119,7 @@ def run_stream(spark, workdir: Path, args: argparse.Namespace, auto_compact: boo
                 f"{max(1, count - args.window + 1):>4}-{count:<5} "
                 f"{statistics.median(window):>12.1f}  {percentile(window, 0.99):>6.1f}"
                 f"  {statistics.median(upkeep):>13.1f}  {max(upkeep):>6.0f}"
-                f"  {live_files(table):>10}  {compactions(table):>11}  {size:>7.0f}"
+                f"  {live_files(table):>10}  {compactions.count:>11}  {size:>7.0f}"
                 f"  {commits:>7}  {checkpoints:>11}  {rss_mib(os.getpid()):>10.0f}"
                 f"  {rss_mib(jvm):>7.0f}",
                 flush=True,
@@ -138,6 +144,7 @@ def run_stream(spark, workdir: Path, args: argparse.Namespace, auto_compact: boo
     )
     done.wait()
     query.stop()
+    sink_log.removeHandler(compactions)
     elapsed = time.monotonic() - started
     print(
         f"{len(commit_ms)} batches, {sum(rows)} rows in {elapsed:.0f} s; "
