@@ -18,8 +18,9 @@ Guarantees of :class:`StagingCleaner`:
       also clean the writer's older epochs still staged. Their commits are looked up in the
       table's recent history (the worker's own handle); an epoch whose commit is not found there
       is left to ``remove_orphan_files()``, as the synchronous clean-up does;
-    * a failure is logged, never raised into a batch, and retried (:data:`ATTEMPTS` tries in
-      all); after the last one the writer's next hand-over sweeps that epoch again;
+    * a failure is logged, never raised into a batch, and retried under :data:`RETRY_BACKOFF`
+      (three tries in all); after the last one the writer's next hand-over sweeps that epoch
+      again;
     * :meth:`StagingCleaner.wait_idle` (the committer's ``close``) and interpreter exit wait for
       the work handed over (exit: up to :data:`EXIT_WAIT` seconds for all workers).
 """
@@ -49,6 +50,7 @@ from committers.delta.storage._storage import TableLocation
 from committers.delta.storage._upload import abort_incomplete_uploads
 from committers.delta.table._table import added_paths, delete_files, find_commit
 from framework.connector import crash_point
+from framework.retry import Backoff, Verdict, retry_call
 from framework.sink import Epoch
 
 __all__ = ["EXIT_WAIT", "MAX_PENDING", "StagingCleaner", "remove_leftovers", "wait_all_idle"]
@@ -58,8 +60,8 @@ log = logging.getLogger("committers.delta")
 MAX_PENDING = 8
 EXIT_WAIT = 60.0  # seconds, for all workers together, at interpreter exit
 IDLE_EXIT = 60.0  # seconds without work after which a worker thread ends
-ATTEMPTS = 3  # tries of one clean-up, FIRST_RETRY_DELAY seconds apart, doubling
-FIRST_RETRY_DELAY = 1.0
+# A failed clean-up is tried twice more, 1 s then 2 s later.
+RETRY_BACKOFF = Backoff(max_attempts=3, initial_delay=1.0, max_delay=2.0, jitter=0.0, deadline=None)
 
 
 def remove_leftovers(
@@ -172,30 +174,39 @@ class StagingCleaner:
                 self._changed.notify_all()
 
     def _clean_with_retries(self, job: _HandOver) -> None:
-        """Clean up ``job``, retrying a failure after growing pauses; the last failure is
-        logged and left to the next hand-over's sweep (housekeeping never raises)."""
-        delay = FIRST_RETRY_DELAY
-        for attempt in range(1, ATTEMPTS + 1):
+        """Clean up ``job`` under :data:`RETRY_BACKOFF` (no retry once stopped); the last
+        failure is logged and left to the writer's next hand-over (housekeeping never raises)."""
+
+        def attempt() -> None:
             try:
                 self._clean(job)
-                return
-            except Exception as err:
+            except Exception:
                 self.failures += 1
-                self._table = None
-                last = attempt == ATTEMPTS or self._stopped
-                log.warning(
-                    "clean-up of batch %s's staging in %s failed (%s): %s",
-                    job.epoch.epoch_id,
-                    self._location,
-                    "the writer's next batch sweeps it" if last else f"retrying in {delay:.0f}s",
-                    err,
-                )
-                if last:
-                    self._swept.discard(_writer(job.epoch))
-                    return
-            with self._changed:
-                self._changed.wait_for(lambda: self._stopped, delay)
-            delay *= 2
+                self._table = None  # reopened by the next attempt
+                raise
+
+        try:
+            retry_call(
+                attempt,
+                classify=lambda _: Verdict.FAIL if self._stopped else Verdict.RETRY,
+                backoff=RETRY_BACKOFF,
+                description=f"clean-up of batch {job.epoch.epoch_id}'s staging",
+                sleep=self._pause,
+            )
+        except Exception as err:
+            self._swept.discard(_writer(job.epoch))
+            log.warning(
+                "clean-up of batch %s's staging in %s failed; the writer's next batch sweeps "
+                "it: %s",
+                job.epoch.epoch_id,
+                self._location,
+                err,
+            )
+
+    def _pause(self, seconds: float) -> None:
+        """A pause between attempts that :meth:`stop_and_wait` cuts short."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._stopped, seconds)
 
     def _clean(self, job: _HandOver) -> None:
         remove_leftovers(
@@ -228,7 +239,8 @@ class StagingCleaner:
         table = self._table = newest_handle(self._location, self._table)
         for epoch_id in older:
             epoch = replace(current, epoch_id=epoch_id, run_id="")
-            if (table.transaction_version(epoch.app_id) or -1) < epoch_id:
+            committed_through = table.transaction_version(epoch.app_id)
+            if committed_through is None or committed_through < epoch_id:
                 continue  # not committed: another run may still commit it
             record, _ = find_commit(table, epoch.app_id, epoch_id)
             files = None if record is None else added_paths(self._location, record.version)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +21,8 @@ from committers.tests._delta_helpers import assert_no_orphans, staging_leftovers
 from framework.sink import Epoch, WriterContext
 
 SCHEMA = pa.schema([("id", pa.int64())])
+# The cleaner's retries (three attempts) without its pauses.
+FAST_RETRIES = replace(_staging_cleanup.RETRY_BACKOFF, initial_delay=0.01, max_delay=0.02)
 APP_ID = "cleaner"
 
 
@@ -93,7 +96,7 @@ def test_a_failed_clean_up_is_retried(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(_staging_cleanup, "remove_leftovers", fail_first)
-    monkeypatch.setattr(_staging_cleanup, "FIRST_RETRY_DELAY", 0.01)
+    monkeypatch.setattr(_staging_cleanup, "RETRY_BACKOFF", FAST_RETRIES)
     cleaner = StagingCleaner(table.sink.location)
     cleaner.hand_over(epoch, files, attempts)
     assert cleaner.wait_idle(30)
@@ -118,12 +121,12 @@ def test_an_epoch_whose_clean_up_was_lost_is_swept_by_the_next_hand_over(
         return real(location, epoch, **kwargs)
 
     monkeypatch.setattr(_staging_cleanup, "remove_leftovers", epoch_1_fails)
-    monkeypatch.setattr(_staging_cleanup, "FIRST_RETRY_DELAY", 0.01)
+    monkeypatch.setattr(_staging_cleanup, "RETRY_BACKOFF", FAST_RETRIES)
     cleaner = StagingCleaner(table.sink.location)
     cleaner.hand_over(*handed[0])
     cleaner.hand_over(*handed[1])
     assert cleaner.wait_idle(30)
-    assert cleaner.failures == _staging_cleanup.ATTEMPTS
+    assert cleaner.failures == FAST_RETRIES.max_attempts
     assert table.orphan_exists(1) and not table.orphan_exists(0)
 
     with caplog.at_level(logging.INFO, logger="committers.delta"):
