@@ -377,7 +377,7 @@ def commit_lines(
 def _add_entry(add: Mapping[str, Any]) -> dict[str, Any]:
     """An add action as delta-rs writes one given ``AddAction(path, size, partition_values,
     modification_time, data_change, stats)`` (``path`` decoded, relative to the root)."""
-    return {
+    entry = {
         "path": delta_rs_path(add["path"]),
         "partitionValues": dict(add["partitionValues"]),
         "size": add["size"],
@@ -389,6 +389,9 @@ def _add_entry(add: Mapping[str, Any]) -> dict[str, Any]:
         "defaultRowCommitVersion": None,
         "clusteringProvider": None,
     }
+    if add.get("deletionVector") is not None:  # a file re-added with a (new) vector
+        entry["deletionVector"] = dict(add["deletionVector"])
+    return entry
 
 
 def _json_line(action: Mapping[str, Any]) -> str:

@@ -35,9 +35,13 @@ __all__ = ["needs_log_rewrite", "write_log_rewrite"]
 def needs_log_rewrite(
     actions: Sequence[AddAction | RemoveAction],
     vectors: Mapping[str, DeletionVectorDescriptor] | None,
+    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
 ) -> bool:
     """Whether ``actions`` remove a file that has a deletion vector (``vectors``: decoded
-    path -> its vector), which delta-rs cannot write."""
+    path -> its vector) or add one with a vector (``added_vectors``), which delta-rs cannot
+    write."""
+    if added_vectors:
+        return True
     return bool(vectors) and any(
         isinstance(a, RemoveAction) and a.path in vectors  # type: ignore[operator]
         for a in actions
@@ -53,9 +57,11 @@ def write_log_rewrite(
     partition_by: Sequence[str],
     commit_properties: CommitProperties,
     post_commit: PostCommitHookProperties,
+    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
 ) -> int:
     """Commit ``actions`` at the version after ``table``'s (see the module docstring); the
-    version written.
+    version written. ``vectors``: the vectors of the files removed (decoded path -> vector);
+    ``added_vectors``: those of files added with one (a file re-added with rows deleted).
 
     Raises:
         CommitFailedError: another writer took that version; nothing was written.
@@ -74,6 +80,7 @@ def write_log_rewrite(
             "modificationTime": a.modification_time,
             "dataChange": a.data_change,
             "stats": a.stats,
+            "deletionVector": _json_or_none((added_vectors or {}).get(a.path)),
         }
         for a in actions
         if isinstance(a, AddAction)
@@ -100,6 +107,10 @@ def write_log_rewrite(
             table.update_incremental()
             table.create_checkpoint()
     return version
+
+
+def _json_or_none(vector: DeletionVectorDescriptor | None) -> dict[str, object] | None:
+    return None if vector is None else vector.to_json()
 
 
 def _remove_entry(

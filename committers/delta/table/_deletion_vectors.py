@@ -45,11 +45,13 @@ __all__ = [
     "decode_uuid",
     "deleted_rows",
     "encode_uuid",
+    "encode_vector_file",
     "keep_mask",
     "parse_bitmap",
     "read_bitmap",
     "serialize_bitmap",
     "vector_file",
+    "write_vector_file",
     "z85_decode",
     "z85_encode",
 ]
@@ -333,3 +335,48 @@ def keep_mask(deleted: np.ndarray, first_row: int, rows: int) -> np.ndarray | No
     mask = np.ones(rows, dtype=bool)
     mask[(deleted[low:high] - np.uint64(first_row)).astype(np.int64)] = False
     return mask
+
+
+def encode_vector_file(bitmaps: list[BitMap64]) -> tuple[bytes, list[tuple[int, int]]]:
+    """A deletion vector file holding ``bitmaps``, and each one's ``(offset, sizeInBytes)``:
+    the version byte, then per vector its size (big-endian), the serialized bitmap and its
+    CRC-32 (big-endian), as delta-spark writes them."""
+    parts = [bytes([DV_FILE_VERSION])]
+    position = 1
+    placed = []
+    for bitmap in bitmaps:
+        data = serialize_bitmap(bitmap)
+        parts += [struct.pack(">i", len(data)), data, struct.pack(">I", zlib.crc32(data))]
+        placed.append((position, len(data)))
+        position += len(data) + 8
+    return b"".join(parts), placed
+
+
+def write_vector_file(
+    location: TableLocation, bitmaps: list[BitMap64], *, prefix: str = ""
+) -> tuple[str, list[DeletionVectorDescriptor]]:
+    """Write ``bitmaps`` into a new ``<prefix>/deletion_vector_<uuid>.bin`` under the table
+    root (one PUT on object stores: a reader never sees part of it); the file's path relative
+    to the root, and one ``u`` descriptor per bitmap, in order.
+
+    Raises:
+        OSError: the file could not be written (a partial local file is not left behind by
+            fsspec's local writes; a failed PUT leaves nothing).
+    """
+    name = uuid.uuid4()
+    relative = f"deletion_vector_{name}.bin"
+    if prefix:
+        relative = f"{prefix}/{relative}"
+    data, placed = encode_vector_file(bitmaps)
+    fs = location.filesystem()
+    path = location.path(relative)
+    if prefix:
+        fs.makedirs(location.path(prefix), exist_ok=True)
+    with fs.open(path, "wb") as handle:
+        handle.write(data)
+    text = f"{prefix}{encode_uuid(name)}"
+    descriptors = [
+        DeletionVectorDescriptor("u", text, size, len(bitmap), offset)
+        for bitmap, (offset, size) in zip(bitmaps, placed, strict=True)
+    ]
+    return relative, descriptors

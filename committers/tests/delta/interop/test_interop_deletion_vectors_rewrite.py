@@ -8,20 +8,29 @@ afterwards."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, QueryBuilder
+from deltalake.transaction import AddAction, RemoveAction
+from pyroaring import BitMap64
 
-from committers.delta import DeltaSink, read_table
+from committers.delta import DeltaSink, read_table, register
 from committers.delta.commit._compact import (
     CompactionConflictError,
     CompactionResult,
     compact_table,
 )
+from committers.delta.commit._sequence import write_transaction
 from committers.delta.inspect._inspect_cli import main
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import read_bitmap, write_vector_file
+from committers.delta.table._live_vectors import live_deletion_vectors
+from committers.delta.table._table import delta_rs_path
 from committers.tests._delta_spark import comparable, spark_rows
 from committers.tests._readers import duckdb_rows
 
@@ -178,3 +187,90 @@ def test_a_vector_changed_during_the_compaction_fails_it_and_commits_nothing(del
     staged = [p for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts]
     live = set(_live_vectors(uri, version + 1))
     assert {p.relative_to(uri).as_posix() for p in staged} == live
+
+
+def _live_adds(uri: str) -> dict[str, dict]:
+    """Path -> the add action of every live file (no checkpoints in these tables)."""
+    version = max(int(p.name[:20]) for p in Path(uri, "_delta_log").glob("*.json"))
+    live: dict[str, dict] = {}
+    for v in range(version + 1):
+        actions = _log(uri, v)
+        for a in actions:
+            if "remove" in a:
+                live.pop(a["remove"]["path"], None)
+        for a in actions:
+            if "add" in a:
+                live[a["add"]["path"]] = a["add"]
+    return live
+
+
+def test_vectors_the_sink_writes_are_read_by_delta_spark(delta_spark, tmp_path):
+    """Vectors written by the sink (one file holding several, under a random prefix; one
+    file's vector extending delta-spark's, one file getting its first) and committed with the
+    sink's log writer: every reader drops exactly those rows, and delta-spark keeps deleting,
+    merging, optimizing and vacuuming on top of them."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri, rows=600, files=2)
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1000, '0', 0.5)")  # a file with no vector
+    before = {r["id"]: r for r in _every_reader(spark, uri)}
+    adds = _live_adds(uri)
+    with_vector = sorted(p for p, a in adds.items() if a.get("deletionVector"))[0]
+    without = next(p for p, a in adds.items() if not a.get("deletionVector"))
+    location = TableLocation.of(uri)
+    vectors_read = live_deletion_vectors(location, DeltaTable(uri).version())
+
+    deleted_ids: set[int] = set()
+    bitmaps, paths = [], []
+    for path, positions in ((with_vector, range(0, 100, 9)), (without, [0])):
+        ids = pq.read_table(Path(uri, unquote(path)), columns=["id"]).column("id").to_pylist()
+        old = vectors_read.get(unquote(path))
+        bitmap = BitMap64() if old is None else read_bitmap(old, location, path)
+        new = BitMap64(positions) - bitmap
+        deleted_ids |= {ids[i] for i in new}
+        bitmaps.append(bitmap | new)
+        paths.append(unquote(path))
+    _, descriptors = write_vector_file(location, bitmaps, prefix="q7")
+    table = DeltaTable(uri)
+    now = int(time.time() * 1000)
+    actions = []
+    for path in paths:
+        add = adds[delta_rs_path(path)]
+        actions.append(RemoveAction(path, True, now, add["size"], add["partitionValues"]))
+        actions.append(
+            AddAction(path, add["size"], add["partitionValues"], now, True, add["stats"])
+        )
+    write_transaction(
+        table,
+        actions,
+        mode="append",
+        partition_by=["s"],
+        commit_properties=CommitProperties(max_commit_retries=0),
+        post_commit=PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False),
+        location=location,
+        vectors={p: v for p, v in vectors_read.items() if p in paths},
+        added_vectors=dict(zip(paths, descriptors, strict=True)),
+    )
+    assert len(deleted_ids) == 1 + len(range(0, 100, 9)) - len(
+        BitMap64(range(0, 100, 9)) & read_bitmap(vectors_read[with_vector], location, "")
+    )
+    expected = [r for i, r in before.items() if i not in deleted_ids]
+    assert _every_reader(spark, uri) == comparable(expected)
+    register(spark)
+    by_format = spark.read.format("deltalake").load(uri).toArrow().to_pylist()
+    assert comparable(by_format) == comparable(expected)
+
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 5 = 0")
+    spark.sql(
+        f"MERGE INTO delta.`{uri}` t USING (SELECT 1000L AS id, '0' AS s, 9.0D AS d) u "
+        "ON t.id = u.id WHEN MATCHED THEN UPDATE SET d = u.d WHEN NOT MATCHED THEN INSERT *"
+    )
+    expected = [r for r in expected if r["id"] % 5]
+    expected.append({"id": 1000, "s": "0", "d": 9.0})  # deleted by our vector, inserted again
+    assert _every_reader(spark, uri) == comparable(expected)
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = true")
+    assert _every_reader(spark, uri) == comparable(expected)
+    assert not list(Path(uri, "q7").glob("*.bin"))  # VACUUM deleted our vector file
