@@ -535,7 +535,8 @@ def _plan(
 def _bin_pack(
     partition: tuple[str | None, ...], files: Iterable[_File], target: int
 ) -> list[_Group]:
-    """Next-fit over the files by increasing size; single-file bins are dropped."""
+    """Next-fit over the files by increasing size; single-file bins are dropped unless their
+    file is to be purged."""
     bins: list[list[_File]] = []
     current: list[_File] = []
     filled = 0
@@ -547,11 +548,7 @@ def _bin_pack(
         filled += f.size
     if current:
         bins.append(current)
-    return [
-        _Group(partition, tuple(b))
-        for b in bins
-        if len(b) > 1 or any(f.deletion_vector is not None for f in b)
-    ]
+    return [_Group(partition, tuple(b)) for b in bins if len(b) > 1 or any(map(_purges, b))]
 
 
 #: A file whose deletion vector deletes more than this share of its rows is rewritten by a
@@ -564,7 +561,14 @@ def _unique_id(vector: DeletionVectorDescriptor | None) -> str | None:
 
 
 def _worth_purging(vector: DeletionVectorDescriptor | None, records: int) -> bool:
+    """Whether ``vector`` deletes more than :data:`PURGE_RATIO` of a file of ``records``
+    rows (its physical count)."""
     return vector is not None and vector.cardinality > PURGE_RATIO * max(records, 1)
+
+
+def _purges(file: _File) -> bool:
+    vector = file.deletion_vector
+    return _worth_purging(vector, file.records + (vector.cardinality if vector else 0))
 
 
 def _vectors(
