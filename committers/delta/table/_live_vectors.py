@@ -42,7 +42,9 @@ def live_deletion_vectors(
     """
     fs = location.filesystem()
     log_dir = location.path("_delta_log")
-    names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(log_dir, detail=False)]
+    # refresh: s3fs caches listings per process, and a cached one misses the newest commits
+    listing = fs.ls(log_dir, detail=False, refresh=True)
+    names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in listing]
     commits = {int(m.group(1)) for m in map(_COMMIT.match, names) if m}
     start, parts = _newest_checkpoint(names, version)
     live: dict[str, Any] = {}
