@@ -291,6 +291,8 @@ DAMAGE = [
     "wrong offset",
     "wrong cardinality",
     "missing file",
+    "bad Z85 in the UUID",
+    "no UUID",
     "bad inline Z85",
     "inline shorter than its size",
 ]
@@ -330,5 +332,7 @@ def test_a_damaged_vector_fails_naming_the_data_file_and_the_vector(kind, good_v
 def test_malformed_descriptors_are_refused(value, message):
     with pytest.raises(DeletionVectorError, match=message):
         DeletionVectorDescriptor.from_json(value)
-    with pytest.raises(DeletionVectorError, match=r"inline deletion vector \(0 rows\) is inline"):
+    with pytest.raises(
+        DeletionVectorError, match=r"inline deletion vector \(0 rows\): it has no file"
+    ):
         vector_file(DeletionVectorDescriptor("i", "", 0, 0), TableLocation.of("/t"))
