@@ -182,12 +182,16 @@ class DeletionVectorDescriptor:
     offset: int | None = None
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> DeletionVectorDescriptor:
-        """From the ``deletionVector`` struct of an ``add`` or ``remove`` action.
+    def from_json(
+        cls, value: Mapping[str, Any], data_file: str | None = None
+    ) -> DeletionVectorDescriptor:
+        """From the ``deletionVector`` struct of an ``add`` or ``remove`` action (of
+        ``data_file``, named in errors).
 
         Raises:
             DeletionVectorError: a field is missing or of the wrong kind.
         """
+        of = "" if data_file is None else f" of data file {data_file}"
         try:
             storage_type = str(value["storageType"])
             descriptor = cls(
@@ -198,11 +202,13 @@ class DeletionVectorDescriptor:
                 offset=None if value.get("offset") is None else int(value["offset"]),
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise DeletionVectorError(f"malformed deletion vector descriptor {value!r}") from err
+            raise DeletionVectorError(
+                f"malformed deletion vector descriptor{of}: {value!r} ({err!r})"
+            ) from err
         if storage_type not in ("u", "i", "p"):
             raise DeletionVectorError(
-                f"deletion vector storage type {storage_type!r} is not one of 'u', 'i', 'p' "
-                f"(descriptor {value!r})"
+                f"deletion vector storage type {storage_type!r}{of} is not one of 'u', 'i', "
+                f"'p' (descriptor {value!r})"
             )
         return descriptor
 

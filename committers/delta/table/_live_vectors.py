@@ -66,7 +66,7 @@ def live_deletion_vectors(
             if "add" in action:
                 live[unquote(action["add"]["path"])] = action["add"].get("deletionVector")
     return {
-        path: DeletionVectorDescriptor.from_json(vector)
+        path: DeletionVectorDescriptor.from_json(vector, path)
         for path, vector in live.items()
         if vector is not None
     }

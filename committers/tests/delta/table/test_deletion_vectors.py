@@ -5,6 +5,7 @@ delta-rs resolves for tables delta-spark wrote."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import struct
@@ -32,6 +33,7 @@ from committers.delta.table._deletion_vectors import (
     z85_decode,
     z85_encode,
 )
+from committers.delta.table._live_vectors import live_deletion_vectors
 
 # PROTOCOL.md, "Deletion Vector Descriptor Schema": examples 1 to 3.
 PROTOCOL_U = "ab^-aqEH.-t@S}K{vb[*k^"
@@ -336,3 +338,35 @@ def test_malformed_descriptors_are_refused(value, message):
         DeletionVectorError, match=r"inline deletion vector \(0 rows\): it has no file"
     ):
         vector_file(DeletionVectorDescriptor("i", "", 0, 0), TableLocation.of("/t"))
+
+
+# -- the log's descriptors ---------------------------------------------------------------------
+
+
+def _hand_made_log(root: Path, commits: dict[int, list[dict]]) -> None:
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    for version, actions in commits.items():
+        lines = "".join(json.dumps(a) + "\n" for a in actions)
+        (log / f"{version:020d}.json").write_text(lines)
+
+
+def test_a_malformed_descriptor_in_the_log_fails_naming_its_data_file(tmp_path):
+    good = DeletionVectorDescriptor("i", PROTOCOL_INLINE, 40, 6).to_json()
+    bad = {**good, "storageType": "q"}
+    add = {"path": "p=a%20b/f.parquet", "size": 1, "dataChange": True, "partitionValues": {}}
+    _hand_made_log(
+        tmp_path,
+        {
+            0: [{"add": {**add, "deletionVector": good}}],
+            1: [{"add": {**add, "path": "g.parquet", "deletionVector": bad}}],
+        },
+    )
+    location = TableLocation.of(str(tmp_path))
+    assert live_deletion_vectors(location, 0) == {
+        "p=a b/f.parquet": DeletionVectorDescriptor.from_json(good)
+    }
+    with pytest.raises(DeletionVectorError, match=r"type 'q' of data file g\.parquet is not one"):
+        live_deletion_vectors(location, 1)
+    with pytest.raises(DeletionVectorError, match=r"malformed .* of data file f\.parquet: "):
+        DeletionVectorDescriptor.from_json({"storageType": "u"}, "f.parquet")
