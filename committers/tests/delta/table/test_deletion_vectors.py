@@ -14,6 +14,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyroaring import BitMap64
 
@@ -370,3 +372,40 @@ def test_a_malformed_descriptor_in_the_log_fails_naming_its_data_file(tmp_path):
         live_deletion_vectors(location, 1)
     with pytest.raises(DeletionVectorError, match=r"malformed .* of data file f\.parquet: "):
         DeletionVectorDescriptor.from_json({"storageType": "u"}, "f.parquet")
+
+
+def _checkpoint_part(path: Path, adds: list[dict | None]) -> None:
+    vector = pa.struct(
+        [
+            ("storageType", pa.string()),
+            ("pathOrInlineDv", pa.string()),
+            ("offset", pa.int32()),
+            ("sizeInBytes", pa.int32()),
+            ("cardinality", pa.int64()),
+        ]
+    )
+    add = pa.struct([("path", pa.string()), ("deletionVector", vector)])
+    pq.write_table(pa.table({"add": pa.array(adds, add)}), path)
+
+
+def test_a_complete_multi_part_checkpoint_is_found_beside_an_incomplete_one(tmp_path):
+    """Version 1 has a complete 2-part checkpoint and 2 of 3 parts of another; version 0
+    was cleaned up, so only the complete checkpoint rebuilds version 1."""
+    inline = DeletionVectorDescriptor("i", PROTOCOL_INLINE, 40, 6).to_json()
+    _hand_made_log(tmp_path, {1: [], 2: [{"remove": {"path": "b.parquet", "dataChange": True}}]})
+    log = tmp_path / "_delta_log"
+    stem = f"{1:020d}.checkpoint"
+    _checkpoint_part(log / f"{stem}.0000000001.0000000003.parquet", [None])
+    _checkpoint_part(log / f"{stem}.0000000002.0000000003.parquet", [None])
+    _checkpoint_part(
+        log / f"{stem}.0000000001.0000000002.parquet",
+        [{"path": "a%20b.parquet", "deletionVector": inline}, None],
+    )
+    _checkpoint_part(
+        log / f"{stem}.0000000002.0000000002.parquet",
+        [{"path": "b.parquet", "deletionVector": inline}, {"path": "c.parquet"}],
+    )
+    location = TableLocation.of(str(tmp_path))
+    expected = DeletionVectorDescriptor.from_json(inline)
+    assert live_deletion_vectors(location, 1) == {"a b.parquet": expected, "b.parquet": expected}
+    assert live_deletion_vectors(location, 2) == {"a b.parquet": expected}
