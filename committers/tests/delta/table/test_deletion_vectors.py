@@ -12,11 +12,13 @@ import struct
 import uuid
 import zlib
 from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from pyroaring import BitMap64
 
 from committers.delta.storage._storage import TableLocation
@@ -87,6 +89,8 @@ def test_z85_matches_the_zeromq_spec_and_the_protocol_examples(tmp_path):
     # Example 2: an absolute path, a URI to decode like an add action's path.
     absolute = DeletionVectorDescriptor("p", "file:///tmp/a%20b/deletion_vector_x.bin", 40, 6, 4)
     assert vector_file(absolute, location) == "/tmp/a b/deletion_vector_x.bin"
+    hadoop_style = DeletionVectorDescriptor("p", "file:/tmp/a%20b/deletion_vector_x.bin", 40, 6, 4)
+    assert vector_file(hadoop_style, location) == "/tmp/a b/deletion_vector_x.bin"
     on_s3 = DeletionVectorDescriptor("p", "s3://mytable/deletion_vector_x.bin", 40, 6, 4)
     assert vector_file(on_s3, location) == "mytable/deletion_vector_x.bin"
 
@@ -342,7 +346,84 @@ def test_malformed_descriptors_are_refused(value, message):
         vector_file(DeletionVectorDescriptor("i", "", 0, 0), TableLocation.of("/t"))
 
 
-# -- the log's descriptors ---------------------------------------------------------------------
+# -- the live vectors of each version, against delta-rs ------------------------------------------
+
+
+def _delta_rs_deleted_rows(uri: str, version: int) -> dict[str, list[int]]:
+    """Relative path -> deleted row indexes, from delta-rs's selection vectors."""
+    root = f"file://{uri}/"
+    found = {}
+    for row in pa.table(DeltaTable(uri, version=version).deletion_vectors()).to_pylist():
+        assert row["filepath"].startswith(root), row["filepath"]
+        path = unquote(row["filepath"][len(root) :])
+        found[path] = [i for i, keep in enumerate(row["selection_vector"]) if not keep]
+    return found
+
+
+@pytest.mark.spark
+def test_live_vectors_of_every_version_match_delta_rs(delta_spark, tmp_path):
+    """One delta-spark table crossing every kind of checkpoint: a classic one, a multi-part
+    one, then (after switching to v2 checkpoints) a v2 JSON one with several sidecars and a v2
+    Parquet one; its files get vectors replaced twice and one is removed after having one."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    log = tmp_path / "t" / "_delta_log"
+
+    def sql(text: str) -> None:
+        spark.sql(text.replace("{t}", f"delta.`{uri}`"))
+
+    conf = {
+        "spark.databricks.delta.checkpoint.partSize": None,
+        "spark.databricks.delta.checkpointV2.topLevelFileFormat": None,
+    }
+    try:
+        sql(
+            "CREATE TABLE {t} (id BIGINT, s STRING) USING delta TBLPROPERTIES "
+            "('delta.enableDeletionVectors' = 'true', 'delta.checkpointInterval' = '2')"
+        )
+        rows = spark.range(0, 400, 1, 4).selectExpr("id", "CAST(id AS STRING) AS s")
+        rows.write.format("delta").mode("append").save(uri)  # 1: four files
+        sql("DELETE FROM {t} WHERE id % 10 = 1")  # 2: a vector each; classic checkpoint
+        sql("DELETE FROM {t} WHERE id % 10 = 2")  # 3: each vector replaced
+        spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")
+        sql("DELETE FROM {t} WHERE id < 100 OR id % 10 = 3")  # 4: replaced again, one file gone
+        spark.conf.set("spark.databricks.delta.checkpoint.partSize", "1")
+        spark.conf.set("spark.databricks.delta.checkpointV2.topLevelFileFormat", "json")
+        sql("ALTER TABLE {t} SET TBLPROPERTIES ('delta.checkpointPolicy' = 'v2')")  # 5
+        sql("DELETE FROM {t} WHERE id = 150")  # 6: v2 checkpoint in JSON, several sidecars
+        spark.conf.set("spark.databricks.delta.checkpointV2.topLevelFileFormat", "parquet")
+        spark.range(1000, 1010, 1, 1).selectExpr("id", "CAST(id AS STRING) AS s").write.format(
+            "delta"
+        ).mode("append").save(uri)  # 7
+        sql("DELETE FROM {t} WHERE id = 1005")  # 8: v2 checkpoint in Parquet
+    finally:
+        for key in conf:
+            spark.conf.unset(key)
+
+    names = {p.name for p in log.iterdir()}
+    assert "00000000000000000002.checkpoint.parquet" in names
+    parts = [n for n in names if re.fullmatch(r"0{19}4\.checkpoint\.\d{10}\.\d{10}\.parquet", n)]
+    assert len(parts) > 1 and all(n.endswith(f".{len(parts):010d}.parquet") for n in parts)
+    assert any(re.fullmatch(r"0{19}6\.checkpoint\.[0-9a-f-]{36}\.json", n) for n in names)
+    assert any(re.fullmatch(r"0{19}8\.checkpoint\.[0-9a-f-]{36}\.parquet", n) for n in names)
+    sidecars = [p.name for p in (log / "_sidecars").iterdir()]
+    assert len([n for n in sidecars if n.startswith("0" * 19 + "6")]) > 1
+
+    location = TableLocation.of(uri)
+    by_version = []
+    for version in range(9):
+        ours = {
+            path: deleted_rows(vector, location, path).tolist()
+            for path, vector in live_deletion_vectors(location, version).items()
+        }
+        assert ours == _delta_rs_deleted_rows(uri, version), version
+        by_version.append(ours)
+    assert by_version[1] == {}
+    assert len(by_version[3]) == 4 and all(len(r) == 20 for r in by_version[3].values())
+    assert len(by_version[4]) == 3 and all(len(r) == 30 for r in by_version[4].values())
+    assert len(by_version[8]) == 4
+    removed = set(by_version[3]) - set(by_version[4])
+    assert len(removed) == 1 and not removed & set(by_version[8])
 
 
 def _hand_made_log(root: Path, commits: dict[int, list[dict]]) -> None:
