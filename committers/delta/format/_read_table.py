@@ -44,7 +44,13 @@ import numpy as np
 
 from committers.delta.format._format import DeltaDataSource, spark_schema
 from committers.delta.read._source import DataFile, list_data_files, spell_partition_value
-from committers.delta.spark._deleted_rows import drop_deleted_rows, without_deleted_rows
+from committers.delta.spark._deleted_rows import (
+    drop_deleted_rows,
+    path_component,
+    unmatched,
+    without_deleted_rows,
+)
+from committers.delta.spark._scan import scan_root_path
 from committers.delta.spark._spark_staging import hadoop_has_filesystem, spark_uri
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import deleted_rows
@@ -122,8 +128,8 @@ def read_table(
         files = list_data_files(table, snapshot)
         reason = _unreadable_paths(files, snapshot)
         if reason is None:
-            df, how = _native(spark, snapshot, files)
-            reason = _files_spark_dropped(df, files)
+            df, how, vectors = _native(spark, snapshot, files)
+            reason = _files_spark_dropped(df, files, vectors)
             if reason is None:
                 log.info("read_table %s version %d: native %s", uri, snapshot.version, how)
                 return df
@@ -172,12 +178,18 @@ def _unreadable_paths(files: Sequence[DataFile], snapshot: Snapshot) -> str | No
     return None
 
 
-def _files_spark_dropped(df: DataFrame, files: Sequence[DataFile]) -> str | None:
-    """Why ``df`` does not read every file (Spark's listing left some out), or None."""
-    listed = len(df._jdf.inputFiles()) if files else 0
-    if listed == len(files):
-        return None
-    return f"Spark's file index lists {listed} of the snapshot's {len(files)} files"
+def _files_spark_dropped(
+    df: DataFrame, files: Sequence[DataFile], vectors: Sequence[tuple[str, np.ndarray]]
+) -> str | None:
+    """Why ``df`` does not read every file (Spark's listing left some out, or names a file
+    with a deletion vector otherwise than the log does), or None."""
+    listed = list(df._jdf.inputFiles()) if files else []
+    if len(listed) != len(files):
+        return f"Spark's file index lists {len(listed)} of the snapshot's {len(files)} files"
+    missed = unmatched(listed, vectors)
+    if missed:  # their deleted rows would not be dropped
+        return f"Spark names files with deletion vectors otherwise than the log: {missed[:3]}"
+    return None
 
 
 # -- Hive directories -----------------------------------------------------------------------
@@ -369,8 +381,9 @@ def _joined_scan(
 
 def _native(
     spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]
-) -> tuple[DataFrame, str]:
-    """The snapshot's rows read by Spark's Parquet reader, and how (for the log line)."""
+) -> tuple[DataFrame, str, list[tuple[str, np.ndarray]]]:
+    """The snapshot's rows read by Spark's Parquet reader, how (for the log line), and the
+    deletion vectors it applies."""
     from pyspark.sql import functions as F
 
     shape = snapshot.shape
@@ -378,12 +391,13 @@ def _native(
     names = [f.name for f in shape.schema.fields]
     columns = [F.col(quote(name)) for name in names]
     if not files:
-        return spark.createDataFrame([], schema).select(*columns), "no files: an empty relation"
+        return spark.createDataFrame([], schema).select(*columns), "no files: an empty relation", []
     vectors = _deleted_rows_by_key(spark, snapshot, files)
     if not shape.partition_by:
         uris = [spark_uri(f.uri(snapshot)) for f in files]
         scan = without_deleted_rows(spark, parquet_files(spark, uris, schema=schema), vectors)
-        return scan.select(*columns), f"Parquet scan of {len(files)} files{_dv_note(vectors)}"
+        how = f"Parquet scan of {len(files)} files{_dv_note(vectors)}"
+        return scan.select(*columns), how, vectors
     hive, other = _split_by_layout(files, snapshot)
     scans, parts = [], []
     if hive:
@@ -402,19 +416,23 @@ def _native(
         scans.append(_joined_scan(spark, snapshot, other, names, vectors))
         parts.append(f"{len(other)} files, partition values from the log joined by file path")
     df = scans[0] if len(scans) == 1 else scans[0].union(scans[1])
-    return df, "Parquet scan of " + "; ".join(parts) + _dv_note(vectors)
+    return df, "Parquet scan of " + "; ".join(parts) + _dv_note(vectors), vectors
 
 
 def _deleted_rows_by_key(
     spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]
 ) -> list[tuple[str, np.ndarray]]:
-    """``(_metadata.file_path spelling, deleted row indexes)`` of each file with a deletion
-    vector, read (and checked) now, on the driver."""
+    """``(decoded path component of its URI, deleted row indexes)`` of each file with a
+    deletion vector, read (and checked) now, on the driver."""
     with_vectors = [f for f in files if f.deletion_vector is not None]
     if not with_vectors:
         return []
-    keys = _file_keys(spark, snapshot, with_vectors)
     location = snapshot.location
+    root = scan_root_path(spark, spark_uri(location.uri.rstrip("/")))
+    keys = [
+        path_component(f.path) if "://" in f.path or f.path.startswith("/") else f"{root}/{f.path}"
+        for f in with_vectors
+    ]
 
     def read(file: DataFile) -> np.ndarray:
         return deleted_rows(file.deletion_vector, location, file.path)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from committers.delta.spark._deleted_rows import drop_deleted_rows
+from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
 from committers.delta.table._delta_schema import parse_arrow_schema, quote, spark_type
 from committers.delta.table._rules import FileLayout
 from framework.spark.connector import parquet_files
@@ -65,16 +65,13 @@ def grouped_rows(
             mapping.append((f"{root_path}/{path}", index, *partition))
     scan = parquet_files(spark, paths, schema=read_schema(layout))
     metadata = scan.metadataColumn("_metadata")
-    # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
-    encoded = F.parse_url(metadata.getField("file_path"), F.lit("PATH"))
-    key = F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
     rows = scan.select(
         *[F.col(quote(c)) for c in data_columns],
-        key.alias(_FILE),
+        decoded_path(metadata.getField("file_path")).alias(_FILE),
         metadata.getField("row_index").alias(_ROW_INDEX),
     )
     vectors = [(f"{root_path}/{path}", rows_of) for path, rows_of in (deleted or {}).items()]
-    rows = drop_deleted_rows(spark, rows, _FILE, _ROW_INDEX, vectors)
+    rows = drop_deleted_rows(spark, rows, _FILE, _ROW_INDEX, vectors, decoded=True)
     files = spark.createDataFrame(
         mapping,
         StructType(
