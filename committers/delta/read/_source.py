@@ -265,8 +265,29 @@ class DeltaFileReader:
             for c, f in zip(columns, self._fields, strict=True)
             if c is not None and f.name not in self._partition_by
         ]
-        for rows, batch in self._batches(parquet, wanted):
-            yield self._shape(file, columns, rows, batch)
+        first_row = 0
+        for rows, batch in self._batches(parquet, wanted + self._extra_columns(file, file_schema)):
+            shaped = self._finish(file, self._shape(file, columns, rows, batch), batch, first_row)
+            first_row += rows
+            if shaped is not None:
+                yield shaped
+
+    def _extra_columns(self, file: FileSplit, file_schema: pa.Schema) -> list[str]:
+        """Columns of the file read beside the table's (none here), handed to
+        :meth:`_finish`."""
+        return []
+
+    def _finish(
+        self,
+        file: FileSplit,
+        batch: pa.RecordBatch,
+        raw: pa.RecordBatch | None,
+        first_row: int,
+    ) -> pa.RecordBatch | None:
+        """The batch to emit for ``batch`` (the table's columns of the file's rows
+        ``first_row`` on; ``raw`` is what was read of the file, extra columns included), or
+        None for none: ``batch`` itself here."""
+        return batch
 
     def _batches(
         self, parquet: pq.ParquetFile, columns: list[str]

@@ -411,7 +411,7 @@ def test_delta_spark_options_that_are_not_supported_are_refused_by_name(tmp_path
     for name, instead in [
         ("ignoreChanges", "use skipChangeCommits=true"),
         ("ignoreDeletes", "use skipChangeCommits=true"),
-        ("readChangeFeed", "not Delta's change data feed"),
+        ("excludeRegex", "every appended file is read"),
         ("failOnDataLoss", "always stops the stream"),
     ]:
         with pytest.raises(
