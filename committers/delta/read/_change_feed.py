@@ -359,7 +359,8 @@ class ChangeListing:
     def _list(self) -> list[FileSplit]:
         snapshot, (start, end) = self._snapshot, (self._range.start, self._range.end)
         uri = snapshot.location.uri
-        times = list_log(snapshot.location).commits
+        listing = list_log(snapshot.location)
+        times = listing.commits
         missing = [v for v in range(start, end + 1) if v not in times]
         if missing:
             raise ConfigurationError(
@@ -368,7 +369,18 @@ class ChangeListing:
                 f"(delta.logRetentionDuration). The earliest commit still there is "
                 f"{min(times) if times else 'none'}; read from a later startingVersion."
             )
-        _table, at_start = open_snapshot(snapshot.location, SnapshotSpec(version=start))
+        unbuildable = ConfigurationError(
+            f"the change data feed of {uri} from version {start} cannot be read: the table as "
+            f"of version {start} cannot be rebuilt (log cleanup removed the commits before it, "
+            "and no checkpoint is left at or before it). The earliest version it can start "
+            f"from is {listing.earliest}."
+        )
+        if listing.earliest is None or start < listing.earliest:
+            raise unbuildable
+        try:
+            _table, at_start = open_snapshot(snapshot.location, SnapshotSpec(version=start))
+        except ConfigurationError as err:
+            raise unbuildable from err
         self._check_schema(start, at_start.schema_json, at_start.shape.partition_by)
         enabled = change_feed_enabled(dict(at_start.shape.configuration))
         partition_values = LogPartitionValues(snapshot)
