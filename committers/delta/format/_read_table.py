@@ -23,8 +23,11 @@ Connect, file names Spark's listing hides, ...) it reads through the ``"deltalak
 data source. Which path ran is logged at INFO on ``committers.delta`` and visible in
 ``df.explain()``: ``FileScan parquet`` (native) or ``BatchScan deltalake`` (Python).
 
-Tables neither path reads correctly (deletion vectors, unknown reader features) are refused
-by both with :class:`~committers.delta.UnsupportedTableFeatureError`.
+Deletion vectors are applied by both: each file's vector is read and checked on the driver
+and its rows dropped from Spark's scan by file path and ``_metadata.row_index``
+(:mod:`committers.delta.spark._deleted_rows`), or by the Python reader with the bitmap. Tables
+neither path reads correctly (unknown reader features) are refused by both with
+:class:`~committers.delta.UnsupportedTableFeatureError`.
 """
 
 from __future__ import annotations
@@ -34,12 +37,17 @@ import logging
 import string
 import unicodedata
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from committers.delta.format._format import DeltaDataSource, spark_schema
 from committers.delta.read._source import DataFile, list_data_files, spell_partition_value
+from committers.delta.spark._deleted_rows import drop_deleted_rows, without_deleted_rows
 from committers.delta.spark._spark_staging import hadoop_has_filesystem, spark_uri
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import deleted_rows
 from committers.delta.table._delta_schema import quote, spark_type
 from committers.delta.table._snapshot import Snapshot, SnapshotSpec, open_snapshot
 from framework.spark.connector import parquet_files, register_data_source
@@ -60,6 +68,7 @@ _GLOB_CHARACTERS = frozenset("{}[]*?\\")
 _URI_PATH_SAFE = frozenset(string.ascii_letters + string.digits + "-_.!~*'()" + ",;:$&+=/@")
 _KEY = "__read_table_file"
 _MATCHED = "__read_table_matched"
+_ROW_INDEX = "__read_table_row_index"
 
 
 def register(spark: SparkSession) -> None:
@@ -102,7 +111,8 @@ def read_table(
             or log cleanup removed; a timestamp before the first or after the latest commit;
             a bad storage option.
         UnsupportedTableFeatureError: the table needs a reader feature neither path honours
-            (deletion vectors, ...).
+            (type widening, ...).
+        DeletionVectorError: a file's deletion vector is missing or damaged (nothing read).
         UnsupportedTypeError: a column type that cannot be read.
     """
     location = TableLocation.of(uri, storage_options)
@@ -298,7 +308,11 @@ def _typed(column: Column, delta_type: Any) -> Column:
 
 
 def _joined_scan(
-    spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile], names: Sequence[str]
+    spark: SparkSession,
+    snapshot: Snapshot,
+    files: Sequence[DataFile],
+    names: Sequence[str],
+    vectors: Sequence[tuple[str, np.ndarray]],
 ) -> DataFrame:
     """One scan of ``files``' data columns, with each file's partition values from the log
     joined by its path. A row whose file has no entry (a path Spark spells differently than
@@ -313,8 +327,13 @@ def _joined_scan(
     data_schema = type(schema)([f for f in schema.fields if f.name not in types])
     uris = [spark_uri(f.uri(snapshot)) for f in files]
     scan = parquet_files(spark, uris, schema=data_schema)
-    file_path = scan.metadataColumn("_metadata").getField("file_path")
-    rows = scan.select(*[F.col(quote(f.name)) for f in data_schema.fields], file_path.alias(_KEY))
+    metadata = scan.metadataColumn("_metadata")
+    rows = scan.select(
+        *[F.col(quote(f.name)) for f in data_schema.fields],
+        metadata.getField("file_path").alias(_KEY),
+        metadata.getField("row_index").alias(_ROW_INDEX),
+    )
+    rows = drop_deleted_rows(spark, rows, _KEY, _ROW_INDEX, vectors)
     values = pa.table(
         {
             _KEY: pa.array(_file_keys(spark, snapshot, files), pa.string()),
@@ -360,10 +379,11 @@ def _native(
     columns = [F.col(quote(name)) for name in names]
     if not files:
         return spark.createDataFrame([], schema).select(*columns), "no files: an empty relation"
+    vectors = _deleted_rows_by_key(spark, snapshot, files)
     if not shape.partition_by:
         uris = [spark_uri(f.uri(snapshot)) for f in files]
-        scan = parquet_files(spark, uris, schema=schema)
-        return scan.select(*columns), f"Parquet scan of {len(files)} files"
+        scan = without_deleted_rows(spark, parquet_files(spark, uris, schema=schema), vectors)
+        return scan.select(*columns), f"Parquet scan of {len(files)} files{_dv_note(vectors)}"
     hive, other = _split_by_layout(files, snapshot)
     scans, parts = [], []
     if hive:
@@ -376,10 +396,37 @@ def _native(
             # directory per batch); each file's own were checked against the log.
             options={"ignoreInvalidPartitionPaths": "true"},
         )
-        scans.append(scan.select(*columns))
+        scans.append(without_deleted_rows(spark, scan, vectors).select(*columns))
         parts.append(f"{len(hive)} files, partition values from the Hive directories")
     if other:
-        scans.append(_joined_scan(spark, snapshot, other, names))
+        scans.append(_joined_scan(spark, snapshot, other, names, vectors))
         parts.append(f"{len(other)} files, partition values from the log joined by file path")
     df = scans[0] if len(scans) == 1 else scans[0].union(scans[1])
-    return df, "Parquet scan of " + "; ".join(parts)
+    return df, "Parquet scan of " + "; ".join(parts) + _dv_note(vectors)
+
+
+def _deleted_rows_by_key(
+    spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]
+) -> list[tuple[str, np.ndarray]]:
+    """``(_metadata.file_path spelling, deleted row indexes)`` of each file with a deletion
+    vector, read (and checked) now, on the driver."""
+    with_vectors = [f for f in files if f.deletion_vector is not None]
+    if not with_vectors:
+        return []
+    keys = _file_keys(spark, snapshot, with_vectors)
+    location = snapshot.location
+
+    def read(file: DataFile) -> np.ndarray:
+        return deleted_rows(file.deletion_vector, location, file.path)
+
+    workers = 1 if location.is_local else min(16, len(with_vectors))
+    with ThreadPoolExecutor(workers) as pool:
+        deleted = list(pool.map(read, with_vectors))
+    return list(zip(keys, deleted, strict=True))
+
+
+def _dv_note(vectors: Sequence[tuple[str, np.ndarray]]) -> str:
+    if not vectors:
+        return ""
+    rows = sum(len(deleted) for _, deleted in vectors)
+    return f", {rows} rows of {len(vectors)} files dropped by their deletion vectors"

@@ -13,8 +13,12 @@ opening the table at every version. Each commit contributes *change files*, as P
   its ``remove`` actions with ``dataChange`` true ``delete`` s of the removed file's rows;
   ``dataChange`` false (compaction, OPTIMIZE) contributes nothing, nor does a MERGE whose
   metrics say it inserted, updated and deleted no row (delta-spark skips such commits);
-* deletion vectors are refused for now: a file that carries one (or is removed and added
-  again in one commit) would need them applied.
+* deletion vectors, as delta-spark's ``CDCReader`` applies them: an added file's rows are those
+  its vector keeps, a removed file's deleted rows those its vector still kept. A file removed
+  and added again in one commit with another vector (DELETE, UPDATE or MERGE with deletion
+  vectors, RESTORE) changed only the rows the two vectors disagree on: the rows the new vector
+  marks and the old did not are ``delete`` s, the rows the old one marked and the new does not
+  are ``insert`` s (re-added). The vectors are read by the tasks that read the file.
 
 A commit's time (``_commit_timestamp``) is its ``inCommitTimestamp`` when it records one
 (tables with in-commit timestamps), otherwise its commit file's modification time in whole
@@ -31,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 
 from committers.delta.read._log_commits import (
@@ -38,10 +43,9 @@ from committers.delta.read._log_commits import (
     commit_operation,
     read_commit_actions,
 )
-from committers.delta.read._source import DeltaFileReader
+from committers.delta.read._source import DELETION_VECTOR, DeltaFileReader
 from committers.delta.read._stream_schema import describe_difference, read_compatible
 from committers.delta.table._delta_schema import without_field_metadata
-from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._snapshot import (
     Snapshot,
     SnapshotSpec,
@@ -83,10 +87,13 @@ CHANGE_COLUMNS = (
 #: The table property that makes writers record the change data feed.
 CHANGE_FEED_KEY = "delta.enableChangeDataFeed"
 
-# The metadata keys of a change file's FileSplit.
+# The metadata keys of a change file's FileSplit (besides DELETION_VECTOR: rows not read).
 _KIND = "change"  # "cdc", "insert" or "delete"
 _VERSION = "version"
 _TIMESTAMP = "timestamp"  # microseconds since the epoch
+# A file removed and added again: only the rows in the first vector and not in the second.
+_ROWS_IN = "rowsIn"
+_ROWS_NOT_IN = "rowsNotIn"
 _CDC = "cdc"
 _MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
 
@@ -94,7 +101,13 @@ _MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRow
 def insert_of(file: FileSplit, version: int, timestamp_us: int) -> FileSplit:
     """``file`` (of a snapshot) read as an ``insert`` of every row at ``version``."""
     return replace(
-        file, metadata={_KIND: "insert", _VERSION: str(version), _TIMESTAMP: str(timestamp_us)}
+        file,
+        metadata={
+            **file.metadata,
+            _KIND: "insert",
+            _VERSION: str(version),
+            _TIMESTAMP: str(timestamp_us),
+        },
     )
 
 
@@ -134,13 +147,39 @@ def _change_file(
     version: int,
     timestamp_us: int,
     partition_values: Callable[[Mapping[str, Any]], dict[str, str | None]],
+    rows: Mapping[str, str],
 ) -> FileSplit:
     return FileSplit(
         path=unquote(str(action["path"])),
         size_bytes=int(action.get("size") or 0),
         partition_values=partition_values(action.get("partitionValues") or {}),
-        metadata={_KIND: kind, _VERSION: str(version), _TIMESTAMP: str(timestamp_us)},
+        metadata={**rows, _KIND: kind, _VERSION: str(version), _TIMESTAMP: str(timestamp_us)},
     )
+
+
+def _vector(action: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """An action's deletion vector descriptor, None without one (or an empty one)."""
+    vector = action.get("deletionVector")
+    return vector if vector and int(vector.get("cardinality", 1)) > 0 else None
+
+
+def _rows_of(action: Mapping[str, Any]) -> dict[str, str]:
+    """The metadata that reads the rows an action's deletion vector keeps."""
+    vector = _vector(action)
+    return {} if vector is None else {DELETION_VECTOR: json.dumps(vector)}
+
+
+def _rows_between(
+    marked: Mapping[str, Any] | None, unmarked: Mapping[str, Any] | None
+) -> dict[str, str] | None:
+    """The metadata that reads the rows ``marked`` marks and ``unmarked`` does not (None when
+    ``marked`` marks none)."""
+    if marked is None:
+        return None
+    rows = {_ROWS_IN: json.dumps(marked)}
+    if unmarked is not None:
+        rows[_ROWS_NOT_IN] = json.dumps(unmarked)
+    return rows
 
 
 def commit_changes(
@@ -150,7 +189,9 @@ def commit_changes(
     actions: Sequence[Mapping[str, Any]],
     partition_values: Callable[[Mapping[str, Any]], dict[str, str | None]],
 ) -> list[FileSplit]:
-    """The change files of one commit (see the module docstring), in the order it lists them.
+    """The change files of one commit (see the module docstring), in the order it lists them
+    (a file removed and added again where it is first named: its deletes, then its re-added
+    rows).
 
     Args:
         what: the commit, as error messages name it.
@@ -160,12 +201,13 @@ def commit_changes(
         partition_values: turns an action's ``partitionValues`` into the reader's spelling.
 
     Raises:
-        UnsupportedTableFeatureError: a file with a deletion vector, or one removed and added
-            again in the commit.
+        SinkError: a file removed and added again in the commit without a deletion vector on
+            either side (no writer does that; its changes cannot be told).
     """
+    stamp = (version, timestamp_us, partition_values)
     cdc = [a["cdc"] for a in actions if "cdc" in a]
     if cdc:
-        return [_change_file(c, _CDC, version, timestamp_us, partition_values) for c in cdc]
+        return [_change_file(c, _CDC, *stamp, rows={}) for c in cdc]
     if _skipped_merge(actions):
         return []
     changed = [
@@ -174,18 +216,32 @@ def commit_changes(
         for kind in ("add", "remove")
         if kind in action and action[kind].get("dataChange", True)
     ]
-    added = {f["path"] for kind, f in changed if kind == "add"}
-    removed = {f["path"] for kind, f in changed if kind == "remove"}
+    added = {f["path"]: f for kind, f in changed if kind == "add"}
+    removed = {f["path"]: f for kind, f in changed if kind == "remove"}
     files: list[FileSplit] = []
+    paired: set[str] = set()
     for kind, action in changed:
-        if action.get("deletionVector") or action["path"] in added & removed:
-            raise UnsupportedTableFeatureError(
-                f"{what} {'adds' if kind == 'add' else 'removes'} {action['path']} with a "
-                "deletion vector, which this change data feed reader does not apply yet (it "
-                "would return wrong changes); read the change data feed with delta-spark"
+        path = action["path"]
+        if path not in added or path not in removed:
+            change = "insert" if kind == "add" else "delete"
+            files.append(_change_file(action, change, *stamp, rows=_rows_of(action)))
+            continue
+        if path in paired:
+            continue
+        paired.add(path)
+        add, remove = added[path], removed[path]
+        old, new = _vector(remove), _vector(add)
+        if old is None and new is None:
+            raise SinkError(
+                f"{what} removes {path} and adds it again without a deletion vector; which of "
+                "its rows changed cannot be told"
             )
-        change = "insert" if kind == "add" else "delete"
-        files.append(_change_file(action, change, version, timestamp_us, partition_values))
+        for change, rows in (
+            ("delete", _rows_between(new, old)),
+            ("insert", _rows_between(old, new)),
+        ):
+            if rows is not None:
+                files.append(_change_file(add, change, *stamp, rows=rows))
     return files
 
 
@@ -471,13 +527,25 @@ class ChangeFileReader(DeltaFileReader):
             )
         return [CHANGE_TYPE]
 
+    def _row_filter(self, file: FileSplit) -> Callable[[int, int], np.ndarray | None]:
+        """A file removed and added again: only the rows one vector marks and the other does
+        not; any other file: the rows its deletion vector keeps."""
+        if _ROWS_IN not in file.metadata:
+            return super()._row_filter(file)
+        selected = np.setdiff1d(
+            self._vector_rows(file, _ROWS_IN),
+            self._vector_rows(file, _ROWS_NOT_IN),
+            assume_unique=True,
+        )
+
+        def keep(first_row: int, rows: int) -> np.ndarray:
+            return np.isin(np.arange(first_row, first_row + rows, dtype=np.uint64), selected)
+
+        return keep
+
     def _finish(
-        self,
-        file: FileSplit,
-        batch: pa.RecordBatch,
-        raw: pa.RecordBatch | None,
-        first_row: int,
-    ) -> pa.RecordBatch | None:
+        self, file: FileSplit, batch: pa.RecordBatch, raw: pa.RecordBatch | None
+    ) -> pa.RecordBatch:
         rows = batch.num_rows
         kind = file.metadata[_KIND]
         if kind == _CDC and raw is not None:

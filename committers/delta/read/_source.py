@@ -18,18 +18,26 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from committers.delta.table._deletion_vectors import (
+    DeletionVectorDescriptor,
+    deleted_rows,
+    keep_mask,
+)
 from committers.delta.table._delta_schema import PARQUET_FIELD_ID, DeltaField, arrow_type
+from committers.delta.table._live_vectors import live_deletion_vectors
 from committers.delta.table._skipping import FilePruner, Predicate
 from committers.delta.table._snapshot import Snapshot
 from framework.errors import SinkError
@@ -37,6 +45,7 @@ from framework.source import FileGroupSource, FileSourceConfig, FileSplit
 
 __all__ = [
     "BATCH_ROWS",
+    "DELETION_VECTOR",
     "FETCH_BATCHES",
     "DataFile",
     "DeltaFileReader",
@@ -44,6 +53,7 @@ __all__ = [
     "SnapshotListing",
     "delta_source",
     "list_data_files",
+    "vector_metadata",
 ]
 
 log = logging.getLogger("committers.delta")
@@ -68,12 +78,14 @@ class DataFile:
             parses the log's partition values.
         modification_time: the add action's ``modificationTime`` (milliseconds since the
             epoch): when the file was written.
+        deletion_vector: the rows of the file the version no longer holds, if any.
     """
 
     path: str
     size_bytes: int
     partition_values: Mapping[str, Any]
     modification_time: int = 0
+    deletion_vector: DeletionVectorDescriptor | None = None
 
     def uri(self, snapshot: Snapshot) -> str:
         """The file's absolute URI (an absolute path for local tables)."""
@@ -90,12 +102,18 @@ def list_data_files(
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     pruner = FilePruner(predicates, snapshot.shape, snapshot.column_mapping_mode != "none")
     partition_by = snapshot.shape.partition_by
+    vectors = (
+        live_deletion_vectors(snapshot.location, snapshot.version)
+        if "deletionVectors" in snapshot.reader_features
+        else {}
+    )
     files = [
         DataFile(
-            path=unquote(action["path"]),
+            path=(path := unquote(action["path"])),
             size_bytes=int(action["size_bytes"]),
             partition_values={name: action.get(f"partition.{name}") for name in partition_by},
             modification_time=int(action.get("modification_time") or 0),
+            deletion_vector=vectors.get(path),
         )
         for action in actions
         if pruner.keep(action)
@@ -189,6 +207,7 @@ class SnapshotListing:
                         name: spell_partition_value(value)
                         for name, value in f.partition_values.items()
                     },
+                    metadata=vector_metadata(f.deletion_vector),
                 )
                 for f in list_data_files(table, snapshot, self._scan.predicates)
             ]
@@ -196,6 +215,15 @@ class SnapshotListing:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_scan": self._scan, "_files": None}
+
+
+#: The ``FileSplit.metadata`` key of a file's deletion vector descriptor (JSON).
+DELETION_VECTOR = "deletionVector"
+
+
+def vector_metadata(vector: DeletionVectorDescriptor | None) -> dict[str, str]:
+    """The ``FileSplit.metadata`` that hands ``vector`` to :class:`DeltaFileReader`."""
+    return {} if vector is None else {DELETION_VECTOR: json.dumps(vector.to_json())}
 
 
 def _file_column(field: DeltaField, file_schema: pa.Schema, mode: str) -> str | None:
@@ -265,12 +293,35 @@ class DeltaFileReader:
             for c, f in zip(columns, self._fields, strict=True)
             if c is not None and f.name not in self._partition_by
         ]
+        keep = self._row_filter(file)
         first_row = 0
         for rows, batch in self._batches(parquet, wanted + self._extra_columns(file, file_schema)):
-            shaped = self._finish(file, self._shape(file, columns, rows, batch), batch, first_row)
+            shaped = self._finish(file, self._shape(file, columns, rows, batch), batch)
+            mask = keep(first_row, rows)
             first_row += rows
-            if shaped is not None:
+            if mask is None:
                 yield shaped
+            elif mask.any():
+                yield shaped.filter(pa.array(mask))
+
+    def _row_filter(self, file: FileSplit) -> Callable[[int, int], np.ndarray | None]:
+        """Which rows of ``file`` are read: for ``(first_row, rows)``, a boolean mask of the
+        rows ``first_row`` on, or None for all of them. Here: the rows its deletion vector
+        does not delete."""
+        deleted = self._deleted_rows(file)
+        return lambda first_row, rows: keep_mask(deleted, first_row, rows)
+
+    def _deleted_rows(self, file: FileSplit) -> np.ndarray:
+        """The sorted row indexes the file's deletion vector (if any) deletes; read before
+        the first row is returned, so a damaged vector fails the read, never returns rows."""
+        return self._vector_rows(file, DELETION_VECTOR)
+
+    def _vector_rows(self, file: FileSplit, key: str) -> np.ndarray:
+        """The sorted row indexes of the deletion vector under ``key`` of ``file``'s
+        metadata (none without one)."""
+        raw = file.metadata.get(key)
+        vector = None if raw is None else DeletionVectorDescriptor.from_json(json.loads(raw))
+        return deleted_rows(vector, self._snapshot.location, file.path)
 
     def _extra_columns(self, file: FileSplit, file_schema: pa.Schema) -> list[str]:
         """Columns of the file read beside the table's (none here), handed to
@@ -278,15 +329,10 @@ class DeltaFileReader:
         return []
 
     def _finish(
-        self,
-        file: FileSplit,
-        batch: pa.RecordBatch,
-        raw: pa.RecordBatch | None,
-        first_row: int,
-    ) -> pa.RecordBatch | None:
-        """The batch to emit for ``batch`` (the table's columns of the file's rows
-        ``first_row`` on; ``raw`` is what was read of the file, extra columns included), or
-        None for none: ``batch`` itself here."""
+        self, file: FileSplit, batch: pa.RecordBatch, raw: pa.RecordBatch | None
+    ) -> pa.RecordBatch:
+        """The batch to emit for ``batch`` (the table's columns of some of the file's rows;
+        ``raw`` is what was read of them, extra columns included): ``batch`` itself here."""
         return batch
 
     def _batches(

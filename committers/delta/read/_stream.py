@@ -42,8 +42,10 @@ delta-spark follows them; what it cannot follow is never skipped silently:
   partitioning stops the stream: restart the query to read with the new schema;
 * a protocol the reader cannot honour (a reader version or feature it does not support), at
   any version the stream crosses: an error, before that version is read;
-* a deletion vector on an added file, a commit removed by log cleanup, a table replaced by
-  another at the same path: errors.
+* deletion vectors: the rows they delete are dropped from the snapshot's files and from any
+  appended file that comes with one (a commit that changes a vector also removes the file, so
+  it is a change commit, above);
+* a commit removed by log cleanup, a table replaced by another at the same path: errors.
 """
 
 from __future__ import annotations
@@ -64,8 +66,14 @@ from committers.delta.read._log_commits import (
     commit_operation,
     read_commit_actions,
 )
-from committers.delta.read._source import DeltaFileReader, list_data_files, spell_partition_value
+from committers.delta.read._source import (
+    DeltaFileReader,
+    list_data_files,
+    spell_partition_value,
+    vector_metadata,
+)
 from committers.delta.read._stream_schema import describe_difference, read_compatible
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._delta_schema import without_field_metadata
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._snapshot import (
@@ -418,6 +426,7 @@ class DeltaLogTail:
                 partition_values={
                     name: spell_partition_value(value) for name, value in f.partition_values.items()
                 },
+                metadata=vector_metadata(f.deletion_vector),
             )
             for f in files
         ]
@@ -480,16 +489,17 @@ class DeltaLogTail:
             add = action.get("add")
             if add is None or not add.get("dataChange", True):
                 continue
-            if add.get("deletionVector"):
-                raise UnsupportedTableFeatureError(
-                    f"{what} adds {add['path']} with a deletion vector, which this reader does "
-                    "not apply (it would return deleted rows)"
-                )
+            vector = add.get("deletionVector")
             files.append(
                 FileSplit(
                     path=unquote(add["path"]),
                     size_bytes=int(add["size"]),
                     partition_values=self._partition_values(add.get("partitionValues") or {}),
+                    # An appended file with a vector already (a copy of another table's file,
+                    # say): its deleted rows are dropped like a snapshot's.
+                    metadata=vector_metadata(
+                        None if vector is None else DeletionVectorDescriptor.from_json(vector)
+                    ),
                 )
             )
         return files

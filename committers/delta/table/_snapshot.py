@@ -54,6 +54,7 @@ _LEGACY_READER_FEATURES = {2: ("columnMapping",)}
 #: Reader features this reader honours, and how.
 READABLE_FEATURES = {
     "columnMapping": "the files' physical column names (or field ids) are mapped to the table's",
+    "deletionVectors": "the rows a file's deletion vector marks are dropped (checksum checked)",
     "timestampNtz": "read as TIMESTAMP_NTZ",
     "v2Checkpoint": "the log, checkpoints included, is read by delta-rs",
     "vacuumProtocolCheck": "it only restricts VACUUM",
@@ -65,8 +66,6 @@ READABLE_FEATURES = {
 
 # Why the others are refused.
 _REFUSED_READER_FEATURES = {
-    "deletionVectors": "rows deleted by DELETE, UPDATE or MERGE are marked in deletion-vector "
-    "files that this reader does not apply, so it would return deleted rows",
     "typeWidening": "files written before a column's type was widened hold the narrower type, "
     "which this reader does not reconcile",
     "typeWidening-preview": "files written before a column's type was widened hold the "
@@ -214,16 +213,10 @@ def check_readable(uri: str, reader_version: int, features: Iterable[str]) -> No
         f"{name}: {_REFUSED_READER_FEATURES.get(name, 'unknown to this reader')}"
         for name in refused
     )
-    hint = (
-        " To read it here, remove the feature with an engine that supports it (delta-spark: "
-        "REORG TABLE ... APPLY (PURGE), then ALTER TABLE ... DROP FEATURE deletionVectors)."
-        if "deletionVectors" in refused
-        else ""
-    )
     raise UnsupportedTableFeatureError(
         f"table {uri} requires the reader feature(s) {', '.join(refused)}, which this reader "
         f"cannot honour ({reasons}). Reading it anyway could return wrong rows, so nothing was "
-        f"read. Read it with an engine that supports the feature (delta-spark).{hint}"
+        "read. Read it with an engine that supports the feature (delta-spark)."
     )
 
 

@@ -250,16 +250,23 @@ def test_bad_tables_and_versions_fail_clearly(history, tmp_path):
         open_(cleaned, timestamp=dt.datetime(2000, 1, 1))
 
 
-def _deletion_vector_table(tmp_path) -> str:
-    uri = str(tmp_path / "dv")
-    DeltaTable.create(uri, schema=SCHEMA, configuration={"delta.enableDeletionVectors": "true"})
-    assert "deletionVectors" in DeltaTable(uri).protocol().reader_features
+def _type_widening_table(tmp_path) -> str:
+    """A table whose protocol needs the reader feature typeWidening, which is refused."""
+    uri = str(tmp_path / "widened")
+    DeltaTable.create(uri, schema=SCHEMA)
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["typeWidening"],
+        "writerFeatures": ["typeWidening"],
+    }
+    Path(uri, "_delta_log", f"{1:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
     return uri
 
 
-def test_deletion_vectors_and_unknown_reader_features_are_refused(tmp_path):
-    uri = _deletion_vector_table(tmp_path)
-    with pytest.raises(UnsupportedTableFeatureError, match="deletionVectors: rows deleted"):
+def test_refused_and_unknown_reader_features(tmp_path):
+    uri = _type_widening_table(tmp_path)
+    with pytest.raises(UnsupportedTableFeatureError, match="typeWidening: files written before"):
         open_snapshot(TableLocation.of(uri), SnapshotSpec())
     with pytest.raises(UnsupportedTableFeatureError, match=r"someFutureFeature.*unknown"):
         check_readable("t", 3, {"columnMapping", "someFutureFeature"})
@@ -518,12 +525,12 @@ def test_empty_tables_and_refusals_through_spark(spark, tmp_path):
     register(spark)
     assert spark.read.format("deltalake").load(uri).count() == 0
 
-    dv = _deletion_vector_table(tmp_path)
-    with pytest.raises(UnsupportedTableFeatureError, match="deletionVectors"):
-        read_table(spark, dv)
+    widened = _type_widening_table(tmp_path)
+    with pytest.raises(UnsupportedTableFeatureError, match="typeWidening"):
+        read_table(spark, widened)
     # Errors raised in Spark's Python workers arrive inside Spark's exception, named.
-    with pytest.raises(Exception, match=r"(?s)UnsupportedTableFeatureError.*deletionVectors"):
-        spark.read.format("deltalake").load(dv)
+    with pytest.raises(Exception, match=r"(?s)UnsupportedTableFeatureError.*typeWidening"):
+        spark.read.format("deltalake").load(widened)
     with pytest.raises(Exception, match=r"(?s)NotATableError.*is not a Delta table"):
         spark.read.format("deltalake").load(str(tmp_path / "nothing"))
     with pytest.raises(Exception, match=r"(?s)ConfigurationError.*takes its schema from the table"):

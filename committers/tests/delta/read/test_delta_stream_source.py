@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, Field, QueryBuilder, TableFeatures, write_deltalake
+from deltalake import DeltaTable, Field, QueryBuilder, write_deltalake
 
 from committers.delta import DeltaSink, register
 from committers.delta.format._format import parse_options, parse_stream_options
@@ -345,17 +345,22 @@ def test_the_schema_must_not_change_between_load_and_start(tmp_path):
 
 def test_a_commit_raising_the_reader_protocol_stops_the_stream_before_it(tmp_path):
     """delta-spark checks the protocol of every version a stream crosses: a commit that
-    makes the table need a reader feature this reader does not honour (deletion vectors, a
+    makes the table need a reader feature this reader does not honour (type widening, a
     reader version above 3) stops the stream before anything of it or after it is read."""
     uri = _table(tmp_path, range(0, 4))
     tail = _tail(uri)
     started = tail.initial_offset()
-    DeltaTable(uri).alter.add_feature(TableFeatures.DeletionVectors, True)
-    write_deltalake(uri, _rows(range(4, 8)), partition_by=["p"], mode="append")
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["typeWidening"],
+        "writerFeatures": ["typeWidening"],
+    }
+    Path(uri, "_delta_log", f"{1:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
     with pytest.raises(
         UnsupportedTableFeatureError,
         match=r"version 1 of .* changes the table's protocol, and the stream stops before it: "
-        r".*deletionVectors",
+        r".*typeWidening",
     ):
         tail.discover(started, AdmissionLimit(), up_to=None)
 

@@ -1,0 +1,131 @@
+"""The deletion vector of each live file of a table version, from the log itself.
+
+delta-rs resolves a snapshot's live files but does not hand out their deletion-vector
+descriptors (``get_add_actions`` has no such column), and a reader, a rewrite's ``remove`` and
+an error message all need them. :func:`live_deletion_vectors` replays what the protocol says
+makes a version: the newest complete checkpoint at or before it (classic, multi-part, or v2
+with its sidecars), then each commit after it, a commit's removes before its adds (a commit may
+remove a file with one vector and add it back with another). Only ``add.path`` and
+``add.deletionVector`` are read from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow.parquet as pq
+
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, DeletionVectorError
+
+__all__ = ["live_deletion_vectors"]
+
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(
+    r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10})|\.([0-9a-fA-F-]{36}))?\.(parquet|json)$"
+)
+
+
+def live_deletion_vectors(
+    location: TableLocation, version: int
+) -> dict[str, DeletionVectorDescriptor]:
+    """Decoded path (as the log names it: relative to the root, or an absolute URI) -> the
+    deletion vector of every file of ``version`` that has one.
+
+    Raises:
+        DeletionVectorError: a commit needed to rebuild ``version`` is missing (log cleanup
+            without a checkpoint), or a descriptor is malformed.
+    """
+    fs = location.filesystem()
+    log_dir = location.path("_delta_log")
+    names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(log_dir, detail=False)]
+    commits = {int(m.group(1)) for m in map(_COMMIT.match, names) if m}
+    start, parts = _newest_checkpoint(names, version)
+    live: dict[str, Any] = {}
+    if start is not None:
+        for path, vector in _checkpoint_adds(location, parts):
+            live[unquote(path)] = vector
+    first = 0 if start is None else start + 1
+    missing = [v for v in range(first, version + 1) if v not in commits]
+    if missing:
+        raise DeletionVectorError(
+            f"cannot find the deletion vectors of {location.uri} at version {version}: the "
+            f"commit(s) {missing[:5]} are missing from its log"
+        )
+    for v in range(first, version + 1):
+        with fs.open(f"{log_dir}/{v:020d}.json", "rb") as handle:
+            actions = [json.loads(line) for line in handle.read().splitlines() if line.strip()]
+        for action in actions:
+            if "remove" in action:
+                live.pop(unquote(action["remove"]["path"]), None)
+        for action in actions:
+            if "add" in action:
+                live[unquote(action["add"]["path"])] = action["add"].get("deletionVector")
+    return {
+        path: DeletionVectorDescriptor.from_json(vector)
+        for path, vector in live.items()
+        if vector is not None
+    }
+
+
+def _newest_checkpoint(names: list[str], version: int) -> tuple[int | None, list[str]]:
+    """The newest version at or before ``version`` with a complete checkpoint, and its files."""
+    found: dict[int, dict[str, list[str]]] = {}
+    for name in names:
+        match = _CHECKPOINT.match(name)
+        if match and int(match.group(1)) <= version:
+            kind = "multi" if match.group(2) else "single"
+            found.setdefault(int(match.group(1)), {}).setdefault(kind, []).append(name)
+    for candidate in sorted(found, reverse=True):
+        kinds = found[candidate]
+        if "single" in kinds:  # a classic or v2 checkpoint: any one of them is complete
+            return candidate, sorted(kinds["single"])[:1]
+        multi = kinds["multi"]
+        expected = int(_CHECKPOINT.match(multi[0]).group(3))  # type: ignore[union-attr]
+        if len(multi) == expected:
+            return candidate, sorted(multi)
+    return None, []
+
+
+def _checkpoint_adds(location: TableLocation, parts: list[str]) -> Iterator[tuple[str, Any]]:
+    """``(path, deletionVector)`` of every add in the checkpoint files (and v2 sidecars)."""
+    fs = location.filesystem()
+    log_dir = location.path("_delta_log")
+    for name in parts:
+        path = f"{log_dir}/{name}"
+        if name.endswith(".json"):  # a v2 checkpoint written as JSON
+            with fs.open(path, "rb") as handle:
+                actions = [json.loads(x) for x in handle.read().splitlines() if x.strip()]
+            for action in actions:
+                if "add" in action:
+                    yield action["add"]["path"], action["add"].get("deletionVector")
+                if "sidecar" in action:
+                    yield from _parquet_adds(fs, f"{log_dir}/_sidecars/{action['sidecar']['path']}")
+            continue
+        yield from _parquet_adds(fs, path, sidecars=f"{log_dir}/_sidecars")
+
+
+def _parquet_adds(fs: Any, path: str, sidecars: str | None = None) -> Iterator[tuple[str, Any]]:
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle)
+        columns = [c for c in ("add", "sidecar") if c in parquet.schema_arrow.names]
+        table = parquet.read(columns=columns)
+    if "add" in columns:
+        for add in table.column("add").to_pylist():
+            if add and add.get("path"):
+                yield add["path"], _vector(add.get("deletionVector"))
+    if "sidecar" in columns and sidecars is not None:
+        for sidecar in table.column("sidecar").to_pylist():
+            if sidecar and sidecar.get("path"):
+                yield from _parquet_adds(fs, f"{sidecars}/{sidecar['path']}")
+
+
+def _vector(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A checkpoint's struct of a missing vector has every field null."""
+    if value is None or value.get("storageType") is None:
+        return None
+    return value
