@@ -45,6 +45,7 @@ from committers.delta.read._log_commits import (
 )
 from committers.delta.read._source import DELETION_VECTOR, DeltaFileReader
 from committers.delta.read._stream_schema import describe_difference, read_compatible
+from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import without_field_metadata
 from committers.delta.table._snapshot import (
     Snapshot,
@@ -326,34 +327,24 @@ class ChangeRange:
                 f"{location.uri} uses in-commit timestamps, which this reader does not use to "
                 "resolve startingTimestamp / endingTimestamp; use startingVersion / endingVersion"
             )
-        if spec.start_timestamp is not None:
-            start = first_version_at_or_after(location, spec.start_timestamp, "startingTimestamp")
-            named_start = f"startingTimestamp={spec.start_timestamp.isoformat()} (version {start})"
-        else:
-            start = int(spec.start_version or 0)
-            named_start = f"startingVersion={start}"
+        start, named_start = _version_named(
+            location, "starting", spec.start_version, spec.start_timestamp
+        )
+        if start is None:  # ChangeRangeSpec.of refuses it
+            raise ConfigurationError("a change data feed read needs a starting version")
         if start > latest:
             raise ConfigurationError(
                 f"{named_start} is after the latest version of {location.uri} ({latest}): "
                 "there are no changes to read yet. Give a start at or before it."
             )
-        if spec.end_timestamp is not None:
-            end = last_version_at_or_before(location, spec.end_timestamp, "endingTimestamp")
-            named_end = f"endingTimestamp={spec.end_timestamp.isoformat()} (version {end})"
-            if spec.start_timestamp is not None:
-                if spec.start_timestamp > spec.end_timestamp:
-                    raise ConfigurationError(
-                        f"the change data feed range from {named_start} to {named_end} ends "
-                        "before it starts; give an end at or after the start"
-                    )
-                if end == start - 1:  # both between the same two commits
-                    return cls(start, end)
-        elif spec.end_version is not None:
-            end = spec.end_version
-            named_end = f"endingVersion={end}"
-        else:
+        end, named_end = _version_named(location, "ending", spec.end_version, spec.end_timestamp)
+        if end is None:
             return cls(start, latest)
-        if end < start:
+        first, last = spec.start_timestamp, spec.end_timestamp
+        backwards = first is not None and last is not None and first > last
+        if first is not None and last is not None and not backwards and end == start - 1:
+            return cls(start, end)  # both timestamps between the same two commits
+        if backwards or end < start:
             raise ConfigurationError(
                 f"the change data feed range from {named_start} to {named_end} ends before it "
                 "starts; give an end at or after the start"
@@ -363,6 +354,19 @@ class ChangeRange:
     @property
     def empty(self) -> bool:
         return self.end < self.start
+
+
+def _version_named(
+    location: TableLocation, side: str, version: int | None, timestamp: dt.datetime | None
+) -> tuple[int | None, str]:
+    """The version one end (``side``: ``starting`` or ``ending``) of a range names, and how
+    to name it in messages: a timestamp's is the first commit at or after it (start) or the
+    last one at or before it (end); None when that end is not given."""
+    if timestamp is None:
+        return version, f"{side}Version={version}"
+    find = first_version_at_or_after if side == "starting" else last_version_at_or_before
+    found = find(location, timestamp, f"{side}Timestamp")
+    return found, f"{side}Timestamp={timestamp.isoformat()} (version {found})"
 
 
 def _spans(versions: Sequence[int]) -> str:

@@ -24,14 +24,26 @@ pytestmark = pytest.mark.spark
 
 CDF_ON = "'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'false'"
 CDF_AND_DV_ON = "'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'true'"
+ICT = ", 'delta.enableInCommitTimestamps' = 'true'"
+MAPPED = (
+    ", 'delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', "
+    "'delta.minWriterVersion' = '5'"
+)
 
 
-def _table(spark, uri: str, *, partitioned: bool, properties: str = CDF_ON) -> None:
+def _table(
+    spark, tmp_path: Path, statements, *, partitioned: bool = False, properties: str = CDF_ON
+) -> str:
+    """A table delta-spark creates (id, v, p) with ``properties``, then changes with
+    ``statements`` (see :func:`_history`); its URI."""
+    uri = str(tmp_path / "t")
     partitioning = "PARTITIONED BY (p)" if partitioned else ""
     spark.sql(
         f"CREATE TABLE delta.`{uri}` (id INT, v STRING, p INT) USING delta {partitioning} "
         f"TBLPROPERTIES ({properties})"
     )
+    _history(spark, uri, *statements)
+    return uri
 
 
 def _changes(spark, fmt: str, uri: str, **options) -> list[dict]:
@@ -91,9 +103,13 @@ def test_change_feed_equals_delta_spark(delta_spark, tmp_path, partitioned, vect
     a second DELETE in a file that has a vector already, and RESTORE re-adds rows a vector
     had marked."""
     spark = delta_spark
-    uri = str(tmp_path / "t")
-    _table(spark, uri, partitioned=partitioned, properties=CDF_AND_DV_ON if vectors else CDF_ON)
-    _history(spark, uri, *STATEMENTS)
+    uri = _table(
+        spark,
+        tmp_path,
+        STATEMENTS,
+        partitioned=partitioned,
+        properties=CDF_AND_DV_ON if vectors else CDF_ON,
+    )
     operations = _operations(spark, uri)
     latest = max(operations)
     # A MERGE that matches nothing makes no commit; OPTIMIZE commits files without changes.
@@ -124,9 +140,7 @@ def test_change_feed_equals_delta_spark(delta_spark, tmp_path, partitioned, vect
 
 def test_time_ranges_equal_delta_spark(delta_spark, tmp_path):
     spark = delta_spark
-    uri = str(tmp_path / "t")
-    _table(spark, uri, partitioned=False)
-    _history(spark, uri, *STATEMENTS[:5])
+    uri = _table(spark, tmp_path, STATEMENTS[:5], partitioned=False)
     times = {
         row["version"]: row["timestamp"].replace(tzinfo=dt.timezone.utc)
         for row in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
@@ -156,14 +170,7 @@ def test_time_ranges_equal_delta_spark(delta_spark, tmp_path):
 
 def test_in_commit_timestamps_are_the_commit_timestamps(delta_spark, tmp_path):
     spark = delta_spark
-    uri = str(tmp_path / "t")
-    _table(
-        spark,
-        uri,
-        partitioned=True,
-        properties=CDF_ON + ", 'delta.enableInCommitTimestamps' = 'true'",
-    )
-    _history(spark, uri, *STATEMENTS[:4])
+    uri = _table(spark, tmp_path, STATEMENTS[:4], partitioned=True, properties=CDF_ON + ICT)
     recorded = set()
     for version in range(1, 5):
         lines = (Path(uri) / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
@@ -176,15 +183,7 @@ def test_in_commit_timestamps_are_the_commit_timestamps(delta_spark, tmp_path):
 
 def test_column_mapping(delta_spark, tmp_path):
     spark = delta_spark
-    uri = str(tmp_path / "t")
-    _table(
-        spark,
-        uri,
-        partitioned=True,
-        properties=CDF_ON + ", 'delta.columnMapping.mode' = 'name', "
-        "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5'",
-    )
-    _history(spark, uri, *STATEMENTS[:7])
+    uri = _table(spark, tmp_path, STATEMENTS[:7], partitioned=True, properties=CDF_ON + MAPPED)
     _assert_same(spark, uri, startingVersion=0)
     spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (extra STRING)")
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (20, 'u', 1, 'more')")
@@ -209,9 +208,13 @@ def _theirs_fails(spark, uri: str, **options) -> None:
 
 def test_versions_without_the_change_data_feed_are_refused_by_name(delta_spark, tmp_path):
     spark = delta_spark
-    uri = str(tmp_path / "t")
-    _table(spark, uri, partitioned=False, properties="'delta.enableDeletionVectors' = 'false'")
-    _history(spark, uri, *STATEMENTS[:2])
+    uri = _table(
+        spark,
+        tmp_path,
+        STATEMENTS[:2],
+        partitioned=False,
+        properties="'delta.enableDeletionVectors' = 'false'",
+    )
     spark.sql(
         f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
     )
@@ -229,9 +232,7 @@ def test_versions_without_the_change_data_feed_are_refused_by_name(delta_spark, 
 
 def test_bad_ranges_are_refused(delta_spark, tmp_path):
     spark = delta_spark
-    uri = str(tmp_path / "t")
-    _table(spark, uri, partitioned=False)
-    _history(spark, uri, *STATEMENTS[:3])
+    uri = _table(spark, tmp_path, STATEMENTS[:3], partitioned=False)
     for options, match in [
         ({"startingVersion": 4}, r"startingVersion=4 is after the latest version .* \(3\)"),
         (
@@ -255,9 +256,7 @@ def test_bad_ranges_are_refused(delta_spark, tmp_path):
 
 def test_commits_removed_by_log_cleanup_are_named(delta_spark, tmp_path):
     spark = delta_spark
-    uri = str(tmp_path / "t")
-    _table(spark, uri, partitioned=False)
-    _history(spark, uri, *STATEMENTS[:4])
+    uri = _table(spark, tmp_path, STATEMENTS[:4], partitioned=False)
     spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
     _history(spark, uri, *STATEMENTS[4:6])  # version 6 has a checkpoint
     log = Path(uri) / "_delta_log"
@@ -320,9 +319,13 @@ def test_streams_deliver_the_batch_changes_across_a_restart(
     """delta-spark's batch read and stream are the judges, with deletion vectors too."""
     spark = delta_spark
     register(spark)
-    uri = str(tmp_path / "t")
-    _table(spark, uri, partitioned=partitioned, properties=CDF_AND_DV_ON if vectors else CDF_ON)
-    _history(spark, uri, *STATEMENTS[:6])
+    uri = _table(
+        spark,
+        tmp_path,
+        STATEMENTS[:6],
+        partitioned=partitioned,
+        properties=CDF_AND_DV_ON if vectors else CDF_ON,
+    )
 
     # From a version: what the batch read gives, delta-spark's stream alike; one file per batch
     # except that a commit recorded in cdc files stays whole.
@@ -357,9 +360,7 @@ def test_streams_deliver_the_batch_changes_across_a_restart(
 def test_a_stream_stops_where_the_feed_was_not_recorded(delta_spark, tmp_path):
     spark = delta_spark
     register(spark)
-    uri = str(tmp_path / "t")
-    _table(spark, uri, partitioned=False)
-    _history(spark, uri, *STATEMENTS[:2])
+    uri = _table(spark, tmp_path, STATEMENTS[:2], partitioned=False)
     spark.sql(
         f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')"
     )
