@@ -17,6 +17,8 @@ Scenarios (each its own sub-command; ``all`` runs them in turn):
   (Python tasks, and ``staging="spark"``) vs ``OPTIMIZE``.
 * ``scan``: a full scan of ROWS rows (noop sink): ``read_table`` and
   ``format("deltalake")`` vs ``spark.read.format("delta")``.
+* ``scan_dv``: the same after delta-spark's ``DELETE`` of a tenth of the rows (``id % 10 =
+  3``: every file) left deletion vectors.
 * ``s3``: the append of ROWS rows into a table on the test suite's S3 server: ours with
   Spark's writer through ``s3a://``, ours with the Python writers (``staging="arrow"``), and
   delta-spark through ``s3a://``. delta-spark on S3 commits through its single-driver log
@@ -296,11 +298,25 @@ class Bench:
         report(title, times, pairs, load, self.args.force)
 
     def scan(self) -> None:
+        self._scan(deleted=False)
+
+    def scan_dv(self) -> None:
+        self._scan(deleted=True)
+
+    def _scan(self, *, deleted: bool) -> None:
         load = wait_for_quiet()
         table = str(self.work / "scan")
         TwoPhaseSink(DeltaSink(table, app_id="bench", staging="spark")).write(
             rows_df(self.spark, self.args.rows).repartitionByRange(max(1, self.args.files), "id")
         )
+        what = f"full scan of {self.args.rows} rows"
+        if deleted:  # a tenth of the rows, spread over every file, deleted by vectors
+            self.spark.sql(
+                f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES "
+                "('delta.enableDeletionVectors' = 'true')"
+            )
+            self.spark.sql(f"DELETE FROM delta.`{table}` WHERE id % 10 = 3")
+            what += ", a tenth deleted by deletion vectors"
         register(self.spark)
         readers = {
             "ours (read_table)": lambda: read_table(self.spark, table),
@@ -319,7 +335,7 @@ class Bench:
             ("delta-spark (format delta)", "ours (read_table)"),
             ("delta-spark (format delta)", "ours (format deltalake)"),
         ]
-        report(f"full scan of {self.args.rows} rows", times, pairs, load, self.args.force)
+        report(what, times, pairs, load, self.args.force)
 
     def s3(self) -> None:
         from committers.delta.spark._s3a import prepare_s3a
@@ -366,7 +382,7 @@ class Bench:
             )
 
 
-SCENARIOS = ("append", "stream", "upsert", "compact", "scan", "s3")
+SCENARIOS = ("append", "stream", "upsert", "compact", "scan", "scan_dv", "s3")
 
 
 def main(argv: list[str] | None = None) -> int:

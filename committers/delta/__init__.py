@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from committers.delta.commit._compact import CompactionConflictError, CompactionResult
     from committers.delta.format._read_table import read_table, register
     from committers.delta.read._stream import SourceTableChangedError
+    from committers.delta.table._deletion_vectors import DeletionVectorError
     from committers.delta.table._protocol import UnsupportedTableFeatureError
     from committers.delta.write._committable import (
         DeltaCommittable,
@@ -36,6 +37,7 @@ _EXPORTS = {
     "CompactionResult": "committers.delta.commit._compact",
     "DeltaCommittable": "committers.delta.write._committable",
     "DeltaGlobalCommitter": "committers.delta.commit._committer",
+    "DeletionVectorError": "committers.delta.table._deletion_vectors",
     "DeltaSink": "committers.delta._sink",
     "SourceTableChangedError": "committers.delta.read._stream",
     "StagedFile": "committers.delta.write._committable",
@@ -50,6 +52,7 @@ _EXPORTS = {
 __all__ = [
     "CompactionConflictError",
     "CompactionResult",
+    "DeletionVectorError",
     "DeltaCommittable",
     "DeltaGlobalCommitter",
     "DeltaSink",

@@ -9,6 +9,7 @@ def test_delta_public_surface_is_pinned():
     assert sorted(committers.delta.__all__) == [
         "CompactionConflictError",
         "CompactionResult",
+        "DeletionVectorError",
         "DeltaCommittable",
         "DeltaGlobalCommitter",
         "DeltaSink",

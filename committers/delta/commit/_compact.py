@@ -65,6 +65,7 @@ from committers.delta.commit._sequence import (
     files_gone,
     write_transaction,
 )
+from committers.delta.read._source import vector_metadata
 from committers.delta.spark._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
 from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._scan import grouped_rows, scan_root_path
@@ -78,7 +79,9 @@ from committers.delta.spark._spark_staging import (
 from committers.delta.storage._s3safety import verify_conditional_put
 from committers.delta.storage._staging import remove_empty_staging_dirs, write_manifest
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, deleted_rows
 from committers.delta.table._delta_schema import walk
+from committers.delta.table._live_vectors import live_deletion_vectors
 from committers.delta.table._protocol import UnsupportedTableFeatureError, check_appends_only
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
 from committers.delta.table._schema import HIVE_NULL, serialize_partition_value
@@ -172,8 +175,9 @@ class _File:
     logged_path: str  # as the log stores it (URL-encoded): the key of liveness checks
     path: str  # decoded, relative to the table root: what is read, and what a remove names
     size: int
-    records: int
+    records: int  # rows the file holds in this version: its deletion vector's are not counted
     partition: tuple[str | None, ...]  # as the log spells the values, in partition order
+    deletion_vector: DeletionVectorDescriptor | None = None
 
 
 @dataclass(frozen=True)
@@ -268,7 +272,8 @@ def compact_table(
     filters = _check_partition_filter(partition_filter, partition_by)
     read_version = table.version()
     small_below = target if min_file_size is None else min(min_file_size, target)
-    groups = _plan(table, partition_by, filters, target, location.uri, small_below)
+    vectors = _vectors(location, table, read_version)
+    groups = _plan(table, partition_by, filters, target, location.uri, small_below, vectors)
     if not groups:
         log.info("compaction of %s at version %d: nothing to compact", location.uri, read_version)
         return CompactionResult(version=None, read_version=read_version)
@@ -368,21 +373,12 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
     """The layout of the table's files, if compaction can rewrite them.
 
     Raises:
-        UnsupportedTableFeatureError: as the sink refuses the table, or deletion vectors /
-            column mapping.
+        UnsupportedTableFeatureError: as the sink refuses the table, or column mapping.
         ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
     """
     # The sink's own refusal first (identity columns, row tracking, unknown features, ...).
     check_appends_only(shape.features, uri, "compaction")
     layout = plan_write(shape, shape.arrow_schema(), "strict", uri).layout
-    reader_features = set(table.protocol().reader_features or ())
-    if "deletionVectors" in shape.features or "deletionVectors" in reader_features:
-        raise UnsupportedTableFeatureError(
-            f"table {uri} uses deletion vectors: compaction reads the Parquet files directly "
-            "and would bring back the rows the vectors delete, so nothing was done. Compact "
-            "it with an engine that applies them (delta-spark's OPTIMIZE, delta-rs's "
-            "DeltaTable.optimize.compact())."
-        )
     if shape.column_mapping:
         raise UnsupportedTableFeatureError(
             f"table {uri} uses column mapping: compaction does not write columns under their "
@@ -477,9 +473,12 @@ def _plan(
     target: int,
     uri: str,
     small_below: int,
+    vectors: dict[str, DeletionVectorDescriptor],
 ) -> list[_Group]:
-    """Groups of two or more files under ``small_below`` bytes of one partition, about ``target``
-    bytes each."""
+    """Groups of files of one partition, about ``target`` bytes each: files under
+    ``small_below`` bytes, two or more to a group, and files whose deletion vector deletes
+    more than :data:`PURGE_RATIO` of their rows, alone if need be (rewritten without the
+    deleted rows, as delta-spark's OPTIMIZE purges them)."""
     actions = pa.table(table.get_add_actions(flatten=False))
     if actions.num_rows == 0:
         return []
@@ -497,9 +496,12 @@ def _plan(
     small: dict[tuple[str | None, ...], list[_File]] = defaultdict(list)
     left_alone: list[str] = []
     for index, logged in enumerate(paths):
-        if sizes[index] >= small_below or records[index] is None:
-            continue  # big enough, or no record count to check the rewrite against
         decoded = unquote(logged)
+        vector = vectors.get(decoded)
+        if records[index] is None:
+            continue  # no record count to check the rewrite against
+        if sizes[index] >= small_below and not _worth_purging(vector, records[index]):
+            continue
         partition = spellings.of(index, decoded)
         if allowed is not None and (partition is None or partition not in allowed):
             if partition is None:
@@ -514,7 +516,8 @@ def _plan(
         ):
             left_alone.append(logged)
             continue
-        small[partition].append(_File(logged, decoded, sizes[index], records[index], partition))
+        live = records[index] - (vector.cardinality if vector else 0)
+        small[partition].append(_File(logged, decoded, sizes[index], live, partition, vector))
     if left_alone:
         log.warning(
             "compaction of %s leaves %d small files alone: their path or partition values "
@@ -532,7 +535,8 @@ def _plan(
 def _bin_pack(
     partition: tuple[str | None, ...], files: Iterable[_File], target: int
 ) -> list[_Group]:
-    """Next-fit over the files by increasing size; single-file bins are dropped."""
+    """Next-fit over the files by increasing size; single-file bins are dropped unless their
+    file is to be purged."""
     bins: list[list[_File]] = []
     current: list[_File] = []
     filled = 0
@@ -544,7 +548,36 @@ def _bin_pack(
         filled += f.size
     if current:
         bins.append(current)
-    return [_Group(partition, tuple(b)) for b in bins if len(b) > 1]
+    return [_Group(partition, tuple(b)) for b in bins if len(b) > 1 or any(map(_purges, b))]
+
+
+#: A file whose deletion vector deletes more than this share of its rows is rewritten by a
+#: compaction whatever its size (delta-spark's ``optimize.maxDeletedRowsRatio``).
+PURGE_RATIO = 0.05
+
+
+def _unique_id(vector: DeletionVectorDescriptor | None) -> str | None:
+    return None if vector is None else vector.unique_id
+
+
+def _worth_purging(vector: DeletionVectorDescriptor | None, records: int) -> bool:
+    """Whether ``vector`` deletes more than :data:`PURGE_RATIO` of a file of ``records``
+    rows (its physical count)."""
+    return vector is not None and vector.cardinality > PURGE_RATIO * max(records, 1)
+
+
+def _purges(file: _File) -> bool:
+    vector = file.deletion_vector
+    return _worth_purging(vector, file.records + (vector.cardinality if vector else 0))
+
+
+def _vectors(
+    location: TableLocation, table: DeltaTable, version: int
+) -> dict[str, DeletionVectorDescriptor]:
+    """Decoded path -> deletion vector of the files of ``version`` that have one."""
+    if "deletionVectors" not in set(table.protocol().reader_features or ()):
+        return {}
+    return live_deletion_vectors(location, version)
 
 
 class _PartitionSpellings:
@@ -664,7 +697,13 @@ def _rewrite(
     stager = SparkParquetStager(location, layout, options, bytes_per_row)
     with _rewriting(spark, location, "Spark"):
         files = [(tuple(f.path for f in g.files), g.partition) for g in groups]
-        df = grouped_rows(spark, root, scan_root_path(spark, root), layout, files)
+        deleted = {
+            f.path: deleted_rows(f.deletion_vector, location, f.path)
+            for g in groups
+            for f in g.files
+            if f.deletion_vector is not None
+        }
+        df = grouped_rows(spark, root, scan_root_path(spark, root), layout, files, deleted)
         staged, _ = stager.stage(df, epoch)
     _check_rows(location.uri, groups, staged, layout)
     return staged
@@ -688,6 +727,11 @@ def _rewrite_with_arrow(
             index=index,
             files=tuple((f.path, f.size) for f in group.files),
             partition_values=tuple(zip(layout.partition_columns, group.partition, strict=True)),
+            vectors=tuple(
+                (f.path, tuple(vector_metadata(f.deletion_vector).items()))
+                for f in group.files
+                if f.deletion_vector is not None
+            ),
         )
         for index, group in enumerate(groups)
     ]
@@ -720,6 +764,8 @@ def _check_rows(
     for f in staged:
         values = tuple(f.partition_values.get(c) for c in layout.partition_columns)
         written[values] += logged_records(f)
+    # A group whose rows its deletion vectors all delete writes no file.
+    expected = defaultdict(int, {p: n for p, n in expected.items() if n})
     if dict(written) != dict(expected):
         differences = {
             p: (expected.get(p, 0), written.get(p, 0))
@@ -817,6 +863,15 @@ class _Commit:
                 "Committing would restore their rows twice, so nothing was committed and the "
                 "compaction's files were deleted; run it again to compact the table as it is."
             )
+        changed = self._vectors_changed(table, read_version)
+        if changed:
+            raise CompactionConflictError(
+                f"{len(changed)} of the {len(self._removed)} files this compaction rewrote got a "
+                f"new deletion vector in {self._location.uri} after version {self._first_read} "
+                f"(rows deleted meanwhile), e.g. {changed[:3]}. Committing would bring those rows "
+                "back, so nothing was committed and the compaction's files were deleted; run it "
+                "again to compact the table as it is."
+            )
         if self._before_commit is not None:
             self._before_commit(number)
         write_transaction(
@@ -824,6 +879,10 @@ class _Commit:
             self._actions(),
             mode="append",
             partition_by=self._layout.partition_columns,
+            location=self._location,
+            vectors={
+                f.path: f.deletion_vector for f in self._removed if f.deletion_vector is not None
+            },
             commit_properties=CommitProperties(
                 custom_metadata=self._metadata(read_version),
                 max_commit_retries=0,  # the next version or a conflict: we re-check, not delta-rs
@@ -831,6 +890,17 @@ class _Commit:
             post_commit=_POST_COMMIT,
         )
         return read_version + 1
+
+    def _vectors_changed(self, table: DeltaTable, version: int) -> list[str]:
+        """The removed files whose deletion vector at ``version`` is not the one read."""
+        if version == self._first_read:
+            return []
+        now = _vectors(self._location, table, version)
+        return [
+            f.logged_path
+            for f in self._removed
+            if _unique_id(now.get(f.path)) != _unique_id(f.deletion_vector)
+        ]
 
     def _actions(self) -> list[AddAction | RemoveAction]:
         now = int(time.time() * 1000)

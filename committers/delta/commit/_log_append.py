@@ -329,6 +329,7 @@ def commit_lines(
     now_ms: int,
     metadata_action: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
+    removes: Sequence[Mapping[str, Any]] = (),
 ) -> bytes:
     """The commit file delta-rs 1.6 writes for ``create_write_transaction(adds, mode="append",
     partition_by=..., commit_properties=CommitProperties(app_transactions=[txn],
@@ -340,7 +341,9 @@ def commit_lines(
 
     ``metadata_action``: a ``metaData`` action to commit too (written after the commitInfo, as
     delta-spark does), e.g. one advancing identity high-water marks; ``tags``: the
-    commitInfo's ``tags`` (delta-spark's, such as ``delta.identity.schemaUpdate``)."""
+    commitInfo's ``tags`` (delta-spark's, such as ``delta.identity.schemaUpdate``);
+    ``removes``: ``remove`` actions, written as given before the adds (for the rewrites
+    delta-rs cannot spell, see :mod:`._log_rewrite`)."""
     metadata = dict(custom_metadata)
     parameters = {
         **(metadata.pop("operationParameters", None) or {}),
@@ -364,6 +367,7 @@ def commit_lines(
     lines: list[dict[str, Any]] = [{"commitInfo": info}]
     if metadata_action is not None:
         lines.append({"metaData": dict(metadata_action)})
+    lines += [{"remove": dict(remove)} for remove in removes]
     lines += [{"add": _add_entry(add)} for add in adds]
     if txn is not None:
         lines.append({"txn": {"appId": txn[0], "version": txn[1]}})
@@ -373,7 +377,7 @@ def commit_lines(
 def _add_entry(add: Mapping[str, Any]) -> dict[str, Any]:
     """An add action as delta-rs writes one given ``AddAction(path, size, partition_values,
     modification_time, data_change, stats)`` (``path`` decoded, relative to the root)."""
-    return {
+    entry = {
         "path": delta_rs_path(add["path"]),
         "partitionValues": dict(add["partitionValues"]),
         "size": add["size"],
@@ -385,6 +389,9 @@ def _add_entry(add: Mapping[str, Any]) -> dict[str, Any]:
         "defaultRowCommitVersion": None,
         "clusteringProvider": None,
     }
+    if add.get("deletionVector") is not None:  # a file re-added with a (new) vector
+        entry["deletionVector"] = dict(add["deletionVector"])
+    return entry
 
 
 def _json_line(action: Mapping[str, Any]) -> str:

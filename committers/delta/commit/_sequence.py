@@ -22,7 +22,7 @@ overwrite or upsert (:mod:`._committer`) and a compaction (:mod:`._compact`), ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import pyarrow as pa
@@ -35,8 +35,10 @@ from deltalake.exceptions import (
 )
 from deltalake.transaction import AddAction, RemoveAction
 
+from committers.delta.commit._log_rewrite import needs_log_rewrite, write_log_rewrite
 from committers.delta.storage._s3errors import STAGING_ERRORS
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.write._committable import StagedFile
 from framework.errors import CommitConflictError, CommitStateUnknownError
 from framework.retry import Backoff, CommitResult, Verdict, commit_with_reconciliation
@@ -169,9 +171,30 @@ def write_transaction(
     commit_properties: CommitProperties,
     post_commit: PostCommitHookProperties,
     partition_filters: list[Any] | None = None,
+    location: TableLocation | None = None,
+    vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
+    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
 ) -> None:
-    """Step 3: one delta-rs transaction of ``actions`` on top of ``table``'s snapshot, with
-    its schema."""
+    """Step 3: one transaction of ``actions`` on top of ``table``'s snapshot, with its schema:
+    through delta-rs, or written into the log by :mod:`._log_rewrite` when a remove names a
+    file with a deletion vector (``vectors``: decoded path -> vector; needs ``location``) or
+    an add carries one (``added_vectors``), which delta-rs cannot spell."""
+    if needs_log_rewrite(actions, vectors, added_vectors):
+        if location is None or mode != "append":
+            raise ValueError(
+                "removing files with deletion vectors needs mode='append' and a location"
+            )
+        write_log_rewrite(
+            table,
+            location,
+            actions,
+            vectors or {},
+            partition_by=partition_by,
+            commit_properties=commit_properties,
+            post_commit=post_commit,
+            added_vectors=added_vectors,
+        )
+        return
     table.create_write_transaction(
         list(actions),
         mode=mode,

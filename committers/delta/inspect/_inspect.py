@@ -31,6 +31,7 @@ from deltalake.exceptions import DeltaError
 
 from committers.delta.storage._staging import STAGING_DIR, read_manifest
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._live_vectors import live_deletion_vectors
 from committers.delta.table._protocol import ENFORCED_FEATURES, TableFeatures
 from committers.delta.table._snapshot import commit_times
 from committers.delta.table._table import (
@@ -179,8 +180,10 @@ class LeftoversSection:
 
 @dataclass(frozen=True)
 class FilesSection:
-    """The files of the current version. ``rows`` is ``None`` if a file has no record count;
-    ``small_file_ratio`` is ``None`` for a table without files."""
+    """The files of the current version. ``rows`` (the rows the version holds: the files'
+    record counts less the rows their deletion vectors delete) is ``None`` if a file has no
+    record count; ``small_file_ratio`` is ``None`` for a table without files;
+    ``deletion_vectors``: files with one, ``deleted_rows``: the rows those delete."""
 
     count: int
     bytes: int
@@ -188,6 +191,8 @@ class FilesSection:
     small_file_threshold_bytes: int
     small_files: int
     small_file_ratio: float | None
+    deletion_vectors: int = 0
+    deleted_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -300,7 +305,7 @@ def _gather(
         apps=_apps(table, transactions, history, times, searched=len(history)),
         commits=[_commit_entry(location, info, times) for info in history[:recent_commits]],
         staged_leftovers=_staged_leftovers(location, table, now),
-        files=_files(table, small_file_bytes),
+        files=_files(table, location, small_file_bytes),
         protocol=_protocol(table),
         settings=_settings(configuration),
         configuration=dict(sorted(configuration.items())),
@@ -567,18 +572,26 @@ def _leftover(
     )
 
 
-def _files(table: DeltaTable, small_file_bytes: int) -> FilesSection:
+def _files(table: DeltaTable, location: TableLocation, small_file_bytes: int) -> FilesSection:
     actions = pa.table(table.get_add_actions(flatten=True))
     sizes = [int(s) for s in actions.column("size_bytes").to_pylist()] if actions.num_rows else []
     records = actions.column("num_records").to_pylist() if actions.num_rows else []
     small = sum(1 for size in sizes if size < small_file_bytes)
+    vectors = (
+        live_deletion_vectors(location, table.version())
+        if "deletionVectors" in set(table.protocol().reader_features or ())
+        else {}
+    )
+    deleted = sum(v.cardinality for v in vectors.values())
     return FilesSection(
         count=len(sizes),
         bytes=sum(sizes),
-        rows=None if None in records else sum(int(r) for r in records),
+        rows=None if None in records else sum(int(r) for r in records) - deleted,
         small_file_threshold_bytes=small_file_bytes,
         small_files=small,
         small_file_ratio=round(small / len(sizes), 4) if sizes else None,
+        deletion_vectors=len(vectors),
+        deleted_rows=deleted,
     )
 
 

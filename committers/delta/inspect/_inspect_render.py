@@ -121,11 +121,17 @@ def _text_leftovers(leftovers: LeftoversSection) -> str:
 
 def _text_files(files: FilesSection) -> str:
     ratio = "-" if files.small_file_ratio is None else f"{files.small_file_ratio:.1%}"
-    return (
+    text = (
         f"Files: {_files_count(files.count)}, {_size(files.bytes)}, {_count(files.rows)} rows\n"
         f"  small files (< {_size(files.small_file_threshold_bytes)}): "
         f"{_count(files.small_files)} ({ratio})"
     )
+    if files.deletion_vectors:
+        text += (
+            f"\n  deletion vectors: {_count(files.deletion_vectors)} files, "
+            f"{_count(files.deleted_rows)} rows deleted (compaction purges them)"
+        )
+    return text
 
 
 def _text_protocol(protocol: ProtocolSection) -> str:

@@ -489,16 +489,16 @@ class DeltaLogTail:
             add = action.get("add")
             if add is None or not add.get("dataChange", True):
                 continue
-            vector = add.get("deletionVector")
+            vector, path = add.get("deletionVector"), unquote(add["path"])
             files.append(
                 FileSplit(
-                    path=unquote(add["path"]),
+                    path=path,
                     size_bytes=int(add["size"]),
                     partition_values=self._partition_values(add.get("partitionValues") or {}),
                     # An appended file with a vector already (a copy of another table's file,
                     # say): its deleted rows are dropped like a snapshot's.
                     metadata=vector_metadata(
-                        None if vector is None else DeletionVectorDescriptor.from_json(vector)
+                        None if vector is None else DeletionVectorDescriptor.from_json(vector, path)
                     ),
                 )
             )

@@ -9,7 +9,8 @@ whole groups (one task per core, more for large rewrites: see :data:`TASK_BYTES`
 each group becomes one file:
 
 * each file is read as the table's logical schema by the snapshot source's reader
-  (:class:`~committers.delta.read._source.DeltaFileReader`: columns cast to the table's types, INT96
+  (:class:`~committers.delta.read._source.DeltaFileReader`: rows its deletion vector deletes
+  dropped, columns cast to the table's types, INT96
   and millisecond timestamps included; a column the file lacks is null; partition columns
   hold the group's values);
 * an optional row filter (picklable) drops rows, batch by batch;
@@ -90,6 +91,8 @@ class GroupToRewrite:
     files: tuple[tuple[str, int], ...]
     partition_values: tuple[tuple[str, str | None], ...]
     read_values: tuple[tuple[str, str | None], ...] = ()
+    #: path -> the ``FileSplit.metadata`` of its deletion vector, for files that have one.
+    vectors: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     @property
     def size(self) -> int:
@@ -299,11 +302,17 @@ class GroupRewriter:
         one row group; no empty table. Counts the rows read and dropped into ``counted``."""
         reader = DeltaFileReader(self._snapshot)
         values = dict(group.read_values)
+        vectors = {path: dict(metadata) for path, metadata in group.vectors}
         pending: list[pa.RecordBatch] = []
         rows = size = 0
         for path, file_size in group.files:
             try:
-                split = FileSplit(path=path, size_bytes=file_size, partition_values=values)
+                split = FileSplit(
+                    path=path,
+                    size_bytes=file_size,
+                    partition_values=values,
+                    metadata=vectors.get(path, {}),
+                )
                 for batch in reader(split):
                     pending.append(batch)
                     counted.read += batch.num_rows

@@ -96,9 +96,9 @@ def drop_deleted_rows(
         F.broadcast(files), rows[quote(file_path)] == files[_VECTOR_FILE], "left"
     ).select(
         *[rows[quote(c)] for c in rows.columns],
-        F.shiftleft(F.col(_FILE_NUMBER), ROW_INDEX_BITS).bitwiseOR(F.col(quote(row_index))).alias(
-            _KEY
-        ),
+        F.shiftleft(F.col(_FILE_NUMBER), ROW_INDEX_BITS)
+        .bitwiseOR(F.col(quote(row_index)))
+        .alias(_KEY),
     )
     kept = keyed.join(F.broadcast(deleted_keys), on=_KEY, how="left_anti")
     return kept.select(*[F.col(quote(c)) for c in rows.columns])

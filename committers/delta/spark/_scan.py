@@ -5,9 +5,12 @@ read as one shuffle partition each (compaction's bin-packed groups)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from committers.delta.spark._deleted_rows import drop_deleted_rows
 from committers.delta.table._delta_schema import parse_arrow_schema, quote, spark_type
 from committers.delta.table._rules import FileLayout
 from framework.spark.connector import parquet_files
@@ -35,6 +38,7 @@ def read_schema(layout: FileLayout) -> str:
 #: The columns ``grouped_rows`` joins each row's file to its group by.
 _FILE = "__sink_compaction_file__"
 _GROUP = "__sink_compaction_group__"
+_ROW_INDEX = "__sink_compaction_row_index__"
 
 
 def grouped_rows(
@@ -43,10 +47,12 @@ def grouped_rows(
     root_path: str,
     layout: FileLayout,
     groups: Sequence[tuple[Sequence[str], tuple[str | None, ...]]],
+    deleted: Mapping[str, np.ndarray] | None = None,
 ) -> DataFrame:
     """The rows of each group's files (paths relative to ``root``) with the group's partition
-    values, one shuffle partition per group, in the columns ``layout`` writes. ``root_path``
-    is :func:`scan_root_path` of ``root``."""
+    values, one shuffle partition per group, in the columns ``layout`` writes, without the
+    rows ``deleted`` (path -> sorted row indexes its deletion vector deletes) names.
+    ``root_path`` is :func:`scan_root_path` of ``root``."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
@@ -58,11 +64,17 @@ def grouped_rows(
             paths.append(f"{root}/{path}")
             mapping.append((f"{root_path}/{path}", index, *partition))
     scan = parquet_files(spark, paths, schema=read_schema(layout))
-    file_path = scan.metadataColumn("_metadata").getField("file_path")
+    metadata = scan.metadataColumn("_metadata")
     # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
-    encoded = F.parse_url(file_path, F.lit("PATH"))
+    encoded = F.parse_url(metadata.getField("file_path"), F.lit("PATH"))
     key = F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
-    rows = scan.select(*[F.col(quote(c)) for c in data_columns], key.alias(_FILE))
+    rows = scan.select(
+        *[F.col(quote(c)) for c in data_columns],
+        key.alias(_FILE),
+        metadata.getField("row_index").alias(_ROW_INDEX),
+    )
+    vectors = [(f"{root_path}/{path}", rows_of) for path, rows_of in (deleted or {}).items()]
+    rows = drop_deleted_rows(spark, rows, _FILE, _ROW_INDEX, vectors)
     files = spark.createDataFrame(
         mapping,
         StructType(

@@ -45,11 +45,13 @@ __all__ = [
     "decode_uuid",
     "deleted_rows",
     "encode_uuid",
+    "encode_vector_file",
     "keep_mask",
     "parse_bitmap",
     "read_bitmap",
     "serialize_bitmap",
     "vector_file",
+    "write_vector_file",
     "z85_decode",
     "z85_encode",
 ]
@@ -182,12 +184,16 @@ class DeletionVectorDescriptor:
     offset: int | None = None
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> DeletionVectorDescriptor:
-        """From the ``deletionVector`` struct of an ``add`` or ``remove`` action.
+    def from_json(
+        cls, value: Mapping[str, Any], data_file: str | None = None
+    ) -> DeletionVectorDescriptor:
+        """From the ``deletionVector`` struct of an ``add`` or ``remove`` action (of
+        ``data_file``, named in errors).
 
         Raises:
             DeletionVectorError: a field is missing or of the wrong kind.
         """
+        of = "" if data_file is None else f" of data file {data_file}"
         try:
             storage_type = str(value["storageType"])
             descriptor = cls(
@@ -198,11 +204,13 @@ class DeletionVectorDescriptor:
                 offset=None if value.get("offset") is None else int(value["offset"]),
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise DeletionVectorError(f"malformed deletion vector descriptor {value!r}") from err
+            raise DeletionVectorError(
+                f"malformed deletion vector descriptor{of}: {value!r} ({err!r})"
+            ) from err
         if storage_type not in ("u", "i", "p"):
             raise DeletionVectorError(
-                f"deletion vector storage type {storage_type!r} is not one of 'u', 'i', 'p' "
-                f"(descriptor {value!r})"
+                f"deletion vector storage type {storage_type!r}{of} is not one of 'u', 'i', "
+                f"'p' (descriptor {value!r})"
             )
         return descriptor
 
@@ -235,25 +243,30 @@ def vector_file(descriptor: DeletionVectorDescriptor, location: TableLocation) -
     """The fsspec path of the file holding ``descriptor``'s vector.
 
     Raises:
-        DeletionVectorError: an inline vector (no file), or a ``u`` text too short to hold a
-            UUID.
+        DeletionVectorError: an inline vector (no file), or a ``u`` text that holds no UUID
+            in Z85.
     """
+    try:
+        return _vector_path(descriptor, location)
+    except ValueError as err:
+        raise DeletionVectorError(f"{descriptor.describe()}: {err}") from err
+
+
+def _vector_path(descriptor: DeletionVectorDescriptor, location: TableLocation) -> str:
+    """See :func:`vector_file`; raises ValueError."""
     text = descriptor.path_or_inline_dv
     if descriptor.storage_type == "u":
         if len(text) < _UUID_CHARACTERS:
-            raise DeletionVectorError(f"{descriptor.describe()}: {text!r} holds no UUID")
+            raise ValueError(f"{text!r} holds no UUID")
         prefix, encoded = text[:-_UUID_CHARACTERS], text[-_UUID_CHARACTERS:]
-        try:
-            name = f"deletion_vector_{decode_uuid(encoded)}.bin"
-        except ValueError as err:
-            raise DeletionVectorError(f"{descriptor.describe()}: {err}") from err
+        name = f"deletion_vector_{decode_uuid(encoded)}.bin"
         return location.path(f"{prefix}/{name}" if prefix else name)
     if descriptor.storage_type == "p":
         parsed = urlparse(text)
         if parsed.scheme in ("", "file"):
             return unquote(parsed.path)
         return f"{parsed.netloc}{unquote(parsed.path)}"
-    raise DeletionVectorError(f"{descriptor.describe()} is inline: it has no file")
+    raise ValueError("it has no file")
 
 
 def read_bitmap(
@@ -287,7 +300,7 @@ def _vector_bytes(descriptor: DeletionVectorDescriptor, location: TableLocation)
     size = descriptor.size_in_bytes
     if descriptor.storage_type == "i":
         return z85_decode(descriptor.path_or_inline_dv, size)
-    path = vector_file(descriptor, location)
+    path = _vector_path(descriptor, location)
     offset = descriptor.offset or 0
     fs = location.filesystem()
     try:
@@ -333,3 +346,48 @@ def keep_mask(deleted: np.ndarray, first_row: int, rows: int) -> np.ndarray | No
     mask = np.ones(rows, dtype=bool)
     mask[(deleted[low:high] - np.uint64(first_row)).astype(np.int64)] = False
     return mask
+
+
+def encode_vector_file(bitmaps: list[BitMap64]) -> tuple[bytes, list[tuple[int, int]]]:
+    """A deletion vector file holding ``bitmaps``, and each one's ``(offset, sizeInBytes)``:
+    the version byte, then per vector its size (big-endian), the serialized bitmap and its
+    CRC-32 (big-endian), as delta-spark writes them."""
+    parts = [bytes([DV_FILE_VERSION])]
+    position = 1
+    placed = []
+    for bitmap in bitmaps:
+        data = serialize_bitmap(bitmap)
+        parts += [struct.pack(">i", len(data)), data, struct.pack(">I", zlib.crc32(data))]
+        placed.append((position, len(data)))
+        position += len(data) + 8
+    return b"".join(parts), placed
+
+
+def write_vector_file(
+    location: TableLocation, bitmaps: list[BitMap64], *, prefix: str = ""
+) -> tuple[str, list[DeletionVectorDescriptor]]:
+    """Write ``bitmaps`` into a new ``<prefix>/deletion_vector_<uuid>.bin`` under the table
+    root (one PUT on object stores: a reader never sees part of it); the file's path relative
+    to the root, and one ``u`` descriptor per bitmap, in order.
+
+    Raises:
+        OSError: the file could not be written (a partial local file is not left behind by
+            fsspec's local writes; a failed PUT leaves nothing).
+    """
+    name = uuid.uuid4()
+    relative = f"deletion_vector_{name}.bin"
+    if prefix:
+        relative = f"{prefix}/{relative}"
+    data, placed = encode_vector_file(bitmaps)
+    fs = location.filesystem()
+    path = location.path(relative)
+    if prefix:
+        fs.makedirs(location.path(prefix), exist_ok=True)
+    with fs.open(path, "wb") as handle:
+        handle.write(data)
+    text = f"{prefix}{encode_uuid(name)}"
+    descriptors = [
+        DeletionVectorDescriptor("u", text, size, len(bitmap), offset)
+        for bitmap, (offset, size) in zip(bitmaps, placed, strict=True)
+    ]
+    return relative, descriptors

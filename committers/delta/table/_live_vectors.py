@@ -42,7 +42,9 @@ def live_deletion_vectors(
     """
     fs = location.filesystem()
     log_dir = location.path("_delta_log")
-    names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(log_dir, detail=False)]
+    # refresh: s3fs caches listings per process, and a cached one misses the newest commits
+    listing = fs.ls(log_dir, detail=False, refresh=True)
+    names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in listing]
     commits = {int(m.group(1)) for m in map(_COMMIT.match, names) if m}
     start, parts = _newest_checkpoint(names, version)
     live: dict[str, Any] = {}
@@ -66,28 +68,31 @@ def live_deletion_vectors(
             if "add" in action:
                 live[unquote(action["add"]["path"])] = action["add"].get("deletionVector")
     return {
-        path: DeletionVectorDescriptor.from_json(vector)
+        path: DeletionVectorDescriptor.from_json(vector, path)
         for path, vector in live.items()
         if vector is not None
     }
 
 
 def _newest_checkpoint(names: list[str], version: int) -> tuple[int | None, list[str]]:
-    """The newest version at or before ``version`` with a complete checkpoint, and its files."""
+    """The newest version at or before ``version`` with a complete checkpoint, and its files.
+
+    A version may hold several checkpoints (a classic and a v2 one, or multi-part sets of
+    different part counts, one of them left incomplete by a writer that failed): any complete
+    one will do."""
     found: dict[int, dict[str, list[str]]] = {}
     for name in names:
         match = _CHECKPOINT.match(name)
         if match and int(match.group(1)) <= version:
-            kind = "multi" if match.group(2) else "single"
+            kind = f"of {int(match.group(3))}" if match.group(2) else "single"
             found.setdefault(int(match.group(1)), {}).setdefault(kind, []).append(name)
     for candidate in sorted(found, reverse=True):
         kinds = found[candidate]
         if "single" in kinds:  # a classic or v2 checkpoint: any one of them is complete
             return candidate, sorted(kinds["single"])[:1]
-        multi = kinds["multi"]
-        expected = int(_CHECKPOINT.match(multi[0]).group(3))  # type: ignore[union-attr]
-        if len(multi) == expected:
-            return candidate, sorted(multi)
+        for kind, parts in sorted(kinds.items()):
+            if len(parts) == int(kind.split()[1]):
+                return candidate, sorted(parts)
     return None, []
 
 

@@ -252,7 +252,7 @@ def list_log(location: TableLocation) -> LogListing:
     """The commit files and checkpoints in the table's ``_delta_log`` (empty: no log)."""
     fs = location.filesystem()
     try:
-        entries = fs.ls(location.path("_delta_log"), detail=True)
+        entries = fs.ls(location.path("_delta_log"), detail=True, refresh=True)
     except FileNotFoundError:
         return LogListing({}, frozenset())
     raw: dict[int, float] = {}

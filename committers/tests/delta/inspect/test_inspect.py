@@ -145,6 +145,8 @@ def test_json_names_each_app_id_with_its_last_batch_writer_and_commit(tmp_path, 
         "small_file_threshold_bytes": 32 * 1024 * 1024,
         "small_files": 4,
         "small_file_ratio": 1.0,
+        "deletion_vectors": 0,
+        "deleted_rows": 0,
     }
     assert report["staged_leftovers"] == {
         "count": 0,

@@ -1,0 +1,129 @@
+"""Rewrites that delta-rs cannot spell, written straight into the log.
+
+A logical file of a table with deletion vectors is its path *and* its vector: a ``remove``
+that names the path without the vector does not remove it (PROTOCOL.md, "Add File and Remove
+File": the primary key is ``(path, deletionVector.uniqueId)``), so delta-spark would keep the
+file and its rows would be doubled by the rewrite's copies. delta-rs 1.6's ``RemoveAction``
+has no deletion vector, so a rewrite that removes a file with a vector (a compaction, an
+upsert, a replace_where) is committed here instead: the same commit delta-rs would write for
+``create_write_transaction(removes + adds, mode="append")`` (commitInfo, removes, adds, txn;
+:func:`~committers.delta.commit._log_append.commit_lines`), with each remove carrying its
+file's vector, written at exactly the version after the snapshot with put-if-absent
+(:class:`~committers.delta.commit._log_append.LogStore`). A version taken by another writer
+raises ``CommitFailedError``, as delta-rs does with ``max_commit_retries=0``, so the caller's
+commit sequence re-checks on a fresh snapshot and tries again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, RemoveAction
+
+from committers.delta.commit._log_append import LogStore, commit_lines
+from committers.delta.commit._log_maintenance import DEFAULT_CHECKPOINT_INTERVAL
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._table import delta_rs_path
+
+__all__ = ["needs_log_rewrite", "write_log_rewrite"]
+
+
+def needs_log_rewrite(
+    actions: Sequence[AddAction | RemoveAction],
+    vectors: Mapping[str, DeletionVectorDescriptor] | None,
+    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
+) -> bool:
+    """Whether ``actions`` remove a file that has a deletion vector (``vectors``: decoded
+    path -> its vector) or add one with a vector (``added_vectors``), which delta-rs cannot
+    write."""
+    if added_vectors:
+        return True
+    return bool(vectors) and any(
+        isinstance(a, RemoveAction) and a.path in vectors  # type: ignore[operator]
+        for a in actions
+    )
+
+
+def write_log_rewrite(
+    table: DeltaTable,
+    location: TableLocation,
+    actions: Sequence[AddAction | RemoveAction],
+    vectors: Mapping[str, DeletionVectorDescriptor],
+    *,
+    partition_by: Sequence[str],
+    commit_properties: CommitProperties,
+    post_commit: PostCommitHookProperties,
+    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
+) -> int:
+    """Commit ``actions`` at the version after ``table``'s (see the module docstring); the
+    version written. ``vectors``: the vectors of the files removed (decoded path -> vector);
+    ``added_vectors``: those of files added with one (a file re-added with rows deleted).
+
+    Raises:
+        CommitFailedError: another writer took that version; nothing was written.
+        OSError: the outcome of the write is unknown (the caller reconciles).
+    """
+    version = table.version() + 1
+    now = int(time.time() * 1000)
+    removes = [
+        _remove_entry(a, vectors.get(a.path)) for a in actions if isinstance(a, RemoveAction)
+    ]
+    adds = [
+        {
+            "path": a.path,
+            "partitionValues": dict(a.partition_values),
+            "size": a.size,
+            "modificationTime": a.modification_time,
+            "dataChange": a.data_change,
+            "stats": a.stats,
+            "deletionVector": _json_or_none((added_vectors or {}).get(a.path)),
+        }
+        for a in actions
+        if isinstance(a, AddAction)
+    ]
+    txns = commit_properties.app_transactions or []
+    if len(txns) > 1:
+        raise ValueError("a rewrite carries at most one txn")
+    data = commit_lines(
+        adds,
+        removes=removes,
+        txn=(txns[0].app_id, txns[0].version) if txns else None,
+        custom_metadata=dict(commit_properties.custom_metadata or {}),
+        partition_by=partition_by,
+        now_ms=now,
+    )
+    if not LogStore(location).put_if_absent(f"{version:020d}.json", data):
+        raise CommitFailedError(
+            f"version {version} of {location.uri} was written by another writer first"
+        )
+    if post_commit.create_checkpoint:
+        configuration = table.metadata().configuration
+        interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+        if version % max(1, interval) == 0:
+            table.update_incremental()
+            table.create_checkpoint()
+    return version
+
+
+def _json_or_none(vector: DeletionVectorDescriptor | None) -> dict[str, object] | None:
+    return None if vector is None else vector.to_json()
+
+
+def _remove_entry(
+    remove: RemoveAction, vector: DeletionVectorDescriptor | None
+) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "path": delta_rs_path(remove.path),
+        "dataChange": remove.data_change,
+        "deletionTimestamp": remove.deletion_timestamp,
+        "extendedFileMetadata": remove.partition_values is not None and remove.size is not None,
+        "partitionValues": dict(remove.partition_values or {}),
+        "size": remove.size,
+    }
+    if vector is not None:
+        entry["deletionVector"] = vector.to_json()
+    return entry

@@ -1,0 +1,315 @@
+"""Rewrites of tables whose files have deletion vectors, judged by delta-spark: a compaction
+drops the deleted rows (both stagings), purges files whose vectors delete many rows, and its
+removes carry each file's vector, so that delta-spark, DuckDB and deltalake's DataFusion reader
+see exactly the rows they saw before; a vector that changes while the compaction runs makes it
+fail with nothing committed; delta-spark keeps deleting, merging, optimizing and vacuuming
+afterwards. Vectors the sink writes itself are read by delta-spark, which builds on them. A
+table on S3 with vectors under random prefixes is read and compacted there."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, QueryBuilder
+from deltalake.transaction import AddAction, RemoveAction
+from pyroaring import BitMap64
+
+from committers.delta import DeltaSink, read_table, register
+from committers.delta.commit._compact import (
+    CompactionConflictError,
+    CompactionResult,
+    compact_table,
+)
+from committers.delta.commit._sequence import write_transaction
+from committers.delta.inspect._inspect_cli import main
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import read_bitmap, write_vector_file
+from committers.delta.table._live_vectors import live_deletion_vectors
+from committers.delta.table._table import delta_rs_path
+from committers.tests._delta_spark import comparable, spark_rows
+from committers.tests._readers import duckdb_rows
+
+pytestmark = pytest.mark.spark
+
+
+def _dv_table(spark, uri: str, *, rows: int = 3000, files: int = 4) -> None:
+    """A table partitioned by ``s`` (three values) with ``files`` files per partition, by
+    delta-spark with deletion vectors on, then a DELETE that leaves vectors on every file."""
+    (
+        spark.range(0, rows)
+        .selectExpr("id", "cast(id % 3 as string) as s", "cast(id as double) / 8 as d")
+        .repartition(files)
+        .write.format("delta")
+        .partitionBy("s")
+        .option("delta.enableDeletionVectors", "true")
+        .save(uri)
+    )
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 7 = 3")
+
+
+def _log(uri: str, version: int) -> list[dict]:
+    path = Path(uri, "_delta_log", f"{version:020d}.json")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _live_vectors(uri: str, version: int) -> dict[str, dict | None]:
+    """Path -> deletion vector of every add of the commits up to ``version`` (no checkpoints
+    in these tables), replayed by hand: what delta-spark's log replay keys files by."""
+    live: dict[str, dict | None] = {}
+    for v in range(version + 1):
+        actions = _log(uri, v)
+        for a in actions:
+            if "remove" in a:
+                key = (a["remove"]["path"], json.dumps(a["remove"].get("deletionVector")))
+                assert live.pop(key[0], "missing") != "missing", f"remove of a dead file {key}"
+        for a in actions:
+            if "add" in a:
+                live[a["add"]["path"]] = a["add"].get("deletionVector")
+    return live
+
+
+def _every_reader(spark, uri: str) -> list[dict]:
+    """delta-spark's rows, after checking DuckDB, DataFusion and read_table agree."""
+    by_spark = spark_rows(spark, uri)
+    assert comparable(duckdb_rows(uri)) == by_spark
+    datafusion = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT * FROM t")
+    assert comparable(pa.table(datafusion.read_all()).to_pylist()) == by_spark
+    assert comparable(read_table(spark, uri).toArrow().to_pylist()) == by_spark
+    return by_spark
+
+
+@pytest.mark.usefixtures("each_staging")
+def test_compaction_drops_deleted_rows_and_removes_files_with_their_vectors(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri)
+    before = _every_reader(spark, uri)
+    assert len(before) == 3000 - len(range(3, 3000, 7))
+    vectors_before = {
+        a["add"]["path"]: a["add"]["deletionVector"] for a in _log(uri, 1) if "add" in a
+    }
+    assert len(vectors_before) == 12 and all(vectors_before.values())
+
+    result = DeltaSink(uri).compact(spark)
+    assert (result.version, result.files_removed, result.files_added) == (2, 12, 3)
+    assert result.rows == len(before)
+    commit = _log(uri, 2)
+    removed = {a["remove"]["path"]: a["remove"] for a in commit if "remove" in a}
+    # Each remove names the logical file (path and vector) delta-spark holds live.
+    assert {p: r["deletionVector"] for p, r in removed.items()} == vectors_before
+    assert all(not r["dataChange"] for r in removed.values())
+    added = [a["add"] for a in commit if "add" in a]
+    assert all(not a["dataChange"] and "deletionVector" not in a for a in added)
+    assert sum(json.loads(a["stats"])["numRecords"] for a in added) == len(before)
+    assert set(_live_vectors(uri, 2)) == {a["path"] for a in added}
+    assert _every_reader(spark, uri) == before
+
+    # delta-spark keeps working on the compacted table: a DELETE (new vectors), a MERGE,
+    # OPTIMIZE and VACUUM, and its rows stay what the operations say.
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id < 100")
+    spark.sql(
+        f"MERGE INTO delta.`{uri}` t USING (SELECT 5000L AS id, '1' AS s, 1.0D AS d UNION ALL "
+        "SELECT 200L, '2', -1.0D) u ON t.id = u.id WHEN MATCHED THEN UPDATE SET d = u.d "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    expected = {r["id"]: r for r in before if r["id"] >= 100}
+    expected[200] = {"id": 200, "s": "2", "d": -1.0}
+    expected[5000] = {"id": 5000, "s": "1", "d": 1.0}
+    assert _every_reader(spark, uri) == comparable(list(expected.values()))
+    spark.sql(f"OPTIMIZE delta.`{uri}`")  # (VACUUM after ours: the next test)
+    assert _every_reader(spark, uri) == comparable(list(expected.values()))
+
+
+def _compact_none_small(spark, uri: str) -> CompactionResult:
+    """A compaction for which no file is small: only the purge picks files."""
+    location = TableLocation.of(uri)
+    return compact_table(spark, location, target_file_size=128 << 20, min_file_size=1)
+
+
+def _inspected_files(capsys, uri: str) -> dict:
+    assert main(["inspect", uri, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["files"]
+
+
+def test_files_deleting_many_rows_are_purged_whatever_their_size(delta_spark, tmp_path, capsys):
+    """A file whose vector deletes more than 5 % of its rows is rewritten even when it is big
+    enough to be left alone, and even alone in its partition; one deleting fewer is not. The
+    inspect CLI counts the rows the vectors delete."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri, rows=3000, files=1)  # one file per partition, 1/7 of rows deleted
+    before = _every_reader(spark, uri)
+    deleted = len(range(3, 3000, 7))
+    files = _inspected_files(capsys, uri)
+    assert (files["count"], files["deletion_vectors"]) == (3, 3)
+    assert (files["rows"], files["deleted_rows"]) == (3000 - deleted, deleted)
+    result = _compact_none_small(spark, uri)
+    assert (result.files_removed, result.files_added) == (3, 3)
+    assert not any(v for v in _live_vectors(uri, result.version).values())
+    assert _every_reader(spark, uri) == before
+    files = _inspected_files(capsys, uri)
+    assert (files["rows"], files["deletion_vectors"], files["deleted_rows"]) == (len(before), 0, 0)
+    # Now nothing is deleted any more: nothing to purge, nothing small.
+    assert _compact_none_small(spark, uri).version is None
+
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 4")  # one row of ~1000: under 5 %
+    assert _compact_none_small(spark, uri).version is None
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE s = '1'")  # a whole partition's rows
+    expected = [r for r in before if r["id"] != 4 and r["s"] != "1"]
+    assert _every_reader(spark, uri) == comparable(expected)
+
+
+def test_a_vector_changed_during_the_compaction_fails_it_and_commits_nothing(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri)
+    version = max(int(p.name[:20]) for p in Path(uri, "_delta_log").glob("*.json"))
+
+    def delete_meanwhile(attempt: int) -> None:
+        if attempt == 1:
+            spark.sql(f"DELETE FROM delta.`{uri}` WHERE id IN (1, 2)")
+
+    with pytest.raises(CompactionConflictError, match="got a new deletion vector"):
+        DeltaSink(uri).compact(spark, before_commit=delete_meanwhile)
+    assert max(int(p.name[:20]) for p in Path(uri, "_delta_log").glob("*.json")) == version + 1
+    rows = _every_reader(spark, uri)
+    assert {1, 2, 3, 10} & {r["id"] for r in rows} == set()
+    assert len(rows) == 3000 - len(range(3, 3000, 7)) - 2
+    # The compaction's files were deleted: only the table's own files are left.
+    staged = [p for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts]
+    live = set(_live_vectors(uri, version + 1))
+    assert {p.relative_to(uri).as_posix() for p in staged} == live
+
+
+def _live_adds(uri: str) -> dict[str, dict]:
+    """Path -> the add action of every live file (no checkpoints in these tables)."""
+    version = max(int(p.name[:20]) for p in Path(uri, "_delta_log").glob("*.json"))
+    live: dict[str, dict] = {}
+    for v in range(version + 1):
+        actions = _log(uri, v)
+        for a in actions:
+            if "remove" in a:
+                live.pop(a["remove"]["path"], None)
+        for a in actions:
+            if "add" in a:
+                live[a["add"]["path"]] = a["add"]
+    return live
+
+
+def test_vectors_the_sink_writes_are_read_by_delta_spark(delta_spark, tmp_path):
+    """Vectors written by the sink (one file holding several, under a random prefix; one
+    file's vector extending delta-spark's, one file getting its first) and committed with the
+    sink's log writer: every reader drops exactly those rows, and delta-spark keeps deleting,
+    merging, optimizing and vacuuming on top of them."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri, rows=600, files=2)
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1000, '0', 0.5)")  # a file with no vector
+    before = {r["id"]: r for r in _every_reader(spark, uri)}
+    adds = _live_adds(uri)
+    with_vector = sorted(p for p, a in adds.items() if a.get("deletionVector"))[0]
+    without = next(p for p, a in adds.items() if not a.get("deletionVector"))
+    location = TableLocation.of(uri)
+    vectors_read = live_deletion_vectors(location, DeltaTable(uri).version())
+
+    deleted_ids: set[int] = set()
+    bitmaps, paths = [], []
+    for path, positions in ((with_vector, range(0, 100, 9)), (without, [0])):
+        ids = pq.read_table(Path(uri, unquote(path)), columns=["id"]).column("id").to_pylist()
+        old = vectors_read.get(unquote(path))
+        bitmap = BitMap64() if old is None else read_bitmap(old, location, path)
+        new = BitMap64(positions) - bitmap
+        deleted_ids |= {ids[i] for i in new}
+        bitmaps.append(bitmap | new)
+        paths.append(unquote(path))
+    _, descriptors = write_vector_file(location, bitmaps, prefix="q7")
+    table = DeltaTable(uri)
+    now = int(time.time() * 1000)
+    actions = []
+    for path in paths:
+        add = adds[delta_rs_path(path)]
+        actions.append(RemoveAction(path, True, now, add["size"], add["partitionValues"]))
+        actions.append(
+            AddAction(path, add["size"], add["partitionValues"], now, True, add["stats"])
+        )
+    write_transaction(
+        table,
+        actions,
+        mode="append",
+        partition_by=["s"],
+        commit_properties=CommitProperties(max_commit_retries=0),
+        post_commit=PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False),
+        location=location,
+        vectors={p: v for p, v in vectors_read.items() if p in paths},
+        added_vectors=dict(zip(paths, descriptors, strict=True)),
+    )
+    assert len(deleted_ids) == 1 + len(range(0, 100, 9)) - len(
+        BitMap64(range(0, 100, 9)) & read_bitmap(vectors_read[with_vector], location, "")
+    )
+    expected = [r for i, r in before.items() if i not in deleted_ids]
+    assert _every_reader(spark, uri) == comparable(expected)
+    register(spark)
+    by_format = spark.read.format("deltalake").load(uri).toArrow().to_pylist()
+    assert comparable(by_format) == comparable(expected)
+
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 5 = 0")
+    spark.sql(
+        f"MERGE INTO delta.`{uri}` t USING (SELECT 1000L AS id, '0' AS s, 9.0D AS d) u "
+        "ON t.id = u.id WHEN MATCHED THEN UPDATE SET d = u.d WHEN NOT MATCHED THEN INSERT *"
+    )
+    expected = [r for r in expected if r["id"] % 5]
+    expected.append({"id": 1000, "s": "0", "d": 9.0})  # deleted by our vector, inserted again
+    assert _every_reader(spark, uri) == comparable(expected)
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = true")
+    assert _every_reader(spark, uri) == comparable(expected)
+    assert not list(Path(uri, "q7").glob("*.bin"))  # VACUUM deleted our vector file
+
+
+def test_a_table_on_s3_with_vectors_under_random_prefixes(delta_spark, s3, bucket, tmp_path):
+    """A delta-spark table whose data files and vectors sit under random prefix directories
+    (``delta.randomizeFilePrefixes``), copied to the S3 server: read through fsspec and
+    compacted there (removes carrying the vectors, written with a conditional PUT); the rows
+    stay what delta-spark read, as deltalake's DataFusion reader sees them too."""
+    spark = delta_spark
+    local = str(tmp_path / "t")
+    spark.sql(
+        f"CREATE TABLE delta.`{local}` (id BIGINT, s STRING, d DOUBLE) USING delta "
+        "PARTITIONED BY (s) TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+        "'delta.randomizeFilePrefixes' = 'true')"
+    )
+    for part in range(3):
+        spark.range(part * 400, (part + 1) * 400).selectExpr(
+            "id", "cast(id % 3 as string) as s", "cast(id as double) / 8 as d"
+        ).write.format("delta").mode("append").save(local)
+    spark.sql(f"DELETE FROM delta.`{local}` WHERE id % 7 = 3")
+    expected = spark_rows(spark, local)
+    vectors = list(Path(local).rglob("deletion_vector_*.bin"))
+    assert vectors and all(p.parent != Path(local) for p in vectors)  # under prefixes
+
+    client = s3.client()
+    for path in Path(local).rglob("*"):
+        if path.is_file():
+            key = f"dv/{path.relative_to(local).as_posix()}"
+            client.upload_file(str(path), bucket, key)
+    uri = f"s3://{bucket}/dv"
+    options = s3.storage_options()
+    assert comparable(read_table(spark, uri, storage_options=options).toArrow().to_pylist()) == (
+        expected
+    )
+    result = DeltaSink(uri, storage_options=options).compact(spark)
+    assert (result.rows, result.files_removed) == (len(expected), len(_live_adds(local)))
+    assert comparable(read_table(spark, uri, storage_options=options).toArrow().to_pylist()) == (
+        expected
+    )
+    table = DeltaTable(uri, storage_options=options)
+    datafusion = QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()
+    assert comparable(pa.table(datafusion).to_pylist()) == expected
