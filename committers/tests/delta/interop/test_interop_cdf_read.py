@@ -19,6 +19,7 @@ import pytest
 
 from committers.delta import register
 from committers.tests._delta_spark import comparable
+from committers.tests._spark_helpers import drain_available_now
 
 pytestmark = pytest.mark.spark
 
@@ -293,16 +294,7 @@ def _stream(spark, fmt: str, uri: str, checkpoint: Path, **options) -> dict[int,
     def collect(df, batch_id):
         batches[batch_id] = df.toArrow().to_pylist()
 
-    query = (
-        reader.load(uri)
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
-    if query.exception() is not None:
-        raise query.exception()
+    drain_available_now(reader.load(uri), checkpoint, collect)
     return batches
 
 
