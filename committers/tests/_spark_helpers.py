@@ -92,6 +92,20 @@ def run_available_now(sink, df, checkpoint: Path):
     return query
 
 
+def drain_available_now(df, checkpoint: Path, collect) -> None:
+    """Run the streaming ``df`` into ``collect(batch_df, batch_id)`` (``foreachBatch``) with
+    ``availableNow`` from ``checkpoint``; re-raises the query's failure."""
+    query = (
+        df.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    if query.exception() is not None:
+        raise query.exception()
+
+
 def forget_newest_commit(checkpoint: Path) -> int:
     """Delete the newest entry of the checkpoint's commits/ (and its checksum) so Spark runs
     that batch again on restart; returns its batch id."""

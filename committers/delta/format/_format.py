@@ -19,12 +19,15 @@ Options (names as delta-spark spells them, case-insensitive):
 
 Streaming reads (``spark.readStream``) take ``startingVersion``, ``startingTimestamp``,
 ``maxFilesPerTrigger``, ``maxBytesPerTrigger`` and ``skipChangeCommits`` instead of the
-snapshot and pushdown options (see ``_stream.py``). Every other option is a storage option of
-the table location (``AWS_ENDPOINT_URL``, ...; see ``_storage.py``). delta-spark's read
-options this format does not support (``ignoreChanges``, ``readChangeFeed``, ...) are refused by
-name, with what to use instead. Spark resolves the schema (and with it the options) at
-``load()`` without saying whether the read is a stream, so an unknown option's error lists the
-options of both kinds of read.
+snapshot and pushdown options (see ``_stream.py``). ``readChangeFeed`` (or its older name
+``readChangeData``) reads the table's change data feed instead of its rows: in a batch read
+from ``startingVersion`` / ``startingTimestamp`` to ``endingVersion`` / ``endingTimestamp``
+(see ``_change_feed.py``), in a stream commit after commit (see ``_change_stream.py``). Every
+other option is a storage option of the table location (``AWS_ENDPOINT_URL``, ...; see
+``_storage.py``). delta-spark's read options this format does not support
+(``ignoreChanges``, ``failOnDataLoss``, ...) are refused by name, with what to use instead.
+Spark resolves the schema (and with it the options) at ``load()`` without saying whether the
+read is a stream, so an unknown option's error lists the options of both kinds of read.
 
 Filter pushdown is off by default because of a Spark 4.1/4.2 defect: Spark keeps the plan of
 the last query whose filters it pushed to a Python data source, on the DataFrame returned by
@@ -61,8 +64,17 @@ from pyspark.sql.datasource import (
     StringEndsWith,
     StringStartsWith,
 )
+from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import StructType
 
+from committers.delta.read._change_feed import (
+    CHANGE_COLUMNS,
+    ChangeFileReader,
+    ChangeListing,
+    ChangeRange,
+    ChangeRangeSpec,
+)
+from committers.delta.read._change_stream import ChangeFeedTail
 from committers.delta.read._source import FETCH_BATCHES, DeltaScan, delta_source
 from committers.delta.read._stream import DeltaLogTail, StreamStart
 from committers.delta.storage._storage import TableLocation
@@ -83,11 +95,13 @@ from framework.spark.connector import (
 __all__ = [
     "FORMAT_NAME",
     "READ_OPTIONS",
+    "ChangeFeedReader",
     "DeltaDataSource",
     "DeltaScanReader",
     "PruningDeltaScanReader",
     "ReadOptions",
     "StreamOptions",
+    "change_feed_schema",
     "parse_byte_string",
     "parse_options",
     "parse_stream_options",
@@ -104,16 +118,15 @@ STREAM_OPTIONS = (
     "maxBytesPerTrigger",
     "skipChangeCommits",
 )
+#: The options of a change data feed read (besides startingVersion / startingTimestamp).
+CHANGE_FEED_OPTIONS = ("readChangeFeed", "readChangeData", "endingVersion", "endingTimestamp")
 #: The options only a batch read takes.
 _BATCH_ONLY = ("versionAsOf", "timestampAsOf", "filterPushdown")
+#: The options a stream of the change data feed does not take.
+_NOT_IN_CHANGE_STREAMS = ("endingVersion", "endingTimestamp", "skipChangeCommits")
 _USE_SKIP_CHANGE_COMMITS = (
     "use skipChangeCommits=true, which skips every commit that removes data (its added files "
     "too), as delta-spark recommends; without it such a commit stops the stream"
-)
-_CHANGE_FEED = (
-    "this source reads the rows commits append, not Delta's change data feed (no _change_type "
-    "column, no update pre-images): read the table without it, or read the change data feed "
-    "with delta-spark"
 )
 _SCHEMA_TRACKING = (
     "this source does not track schema changes: a column dropped, renamed or retyped stops "
@@ -126,10 +139,6 @@ UNSUPPORTED_DELTA_OPTIONS = {
     + _USE_SKIP_CHANGE_COMMITS,
     "ignoreDeletes": _USE_SKIP_CHANGE_COMMITS,
     "ignoreFileDeletion": _USE_SKIP_CHANGE_COMMITS,
-    "readChangeFeed": _CHANGE_FEED,
-    "readChangeData": _CHANGE_FEED,
-    "endingVersion": _CHANGE_FEED,
-    "endingTimestamp": _CHANGE_FEED,
     "failOnDataLoss": "a commit removed by log cleanup before the stream read it always stops "
     "the stream (its rows cannot be read); start a new query from a new checkpoint",
     "excludeRegex": "every appended file is read; filter the rows instead",
@@ -172,11 +181,14 @@ class ReadOptions:
     snapshot: SnapshotSpec
     config: FileSourceConfig
     filter_pushdown: bool = False
+    change_feed: bool = False
 
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
-    """Split a read's options into the location, the snapshot, the split sizing and the
-    pushdown switch.
+    """Split a read's options into the location, the snapshot, the split sizing, the
+    pushdown switch and, with ``readChangeFeed``, the options of the change data feed (those
+    of a batch read are checked by :meth:`ChangeRangeSpec.of` when the read is planned; a
+    stream's by :func:`parse_stream_options`).
 
     Raises:
         ConfigurationError: no path; a malformed or contradictory option; an option that is
@@ -184,8 +196,9 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     """
     given = {str(k).lower(): v for k, v in options.items()}
     _refuse_unsupported(given)
-    for name in STREAM_OPTIONS:
-        given.pop(name.lower(), None)  # validated by parse_stream_options
+    change_feed = _change_feed_options(given)
+    for name in (*STREAM_OPTIONS, *CHANGE_FEED_OPTIONS):
+        given.pop(name.lower(), None)  # validated by parse_stream_options / ChangeRangeSpec
     path = given.pop("path", None)
     if not path:
         raise ConfigurationError(
@@ -207,14 +220,44 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         location = TableLocation.of(path, given)
     except ConfigurationError as err:
         raise ConfigurationError(f"{err}.{_suggestion(options)} {_OPTIONS_HELP}") from err
-    return ReadOptions(location, spec, config, filter_pushdown=pushdown in _TRUE)
+    return ReadOptions(
+        location, spec, config, filter_pushdown=pushdown in _TRUE, change_feed=change_feed
+    )
+
+
+def _change_feed_options(given: Mapping[str, object]) -> bool:
+    """Whether a read's options (names in lower case) read the change data feed. Its range
+    is checked when the read is planned (a stream does not need one).
+
+    Raises:
+        ConfigurationError: an end of a range without ``readChangeFeed``; a snapshot or
+            pushdown option with it.
+    """
+    flags = [name for name in CHANGE_FEED_OPTIONS[:2] if name.lower() in given]
+    if not any(_flag(name, given[name.lower()]) for name in flags):
+        for name in CHANGE_FEED_OPTIONS[2:]:
+            if name.lower() in given:
+                raise ConfigurationError(
+                    f"option {name} ends the range of a change data feed read; set "
+                    "readChangeFeed=true to read the change data feed"
+                )
+        return False
+    for name in _BATCH_ONLY:
+        if name.lower() in given:
+            raise ConfigurationError(
+                f"option {name} is not taken by a change data feed read (readChangeFeed=true), "
+                "which reads the changes of a range of versions (startingVersion / "
+                "startingTimestamp to endingVersion / endingTimestamp), not one snapshot"
+            )
+    return True
 
 
 _OPTIONS_HELP = (
     f"Streaming reads of the {FORMAT_NAME} format take the options "
     f"{', '.join(STREAM_OPTIONS)} and maxSplitBytes; batch reads take "
-    f"{', '.join(_BATCH_ONLY)} and maxSplitBytes; every other option is a storage option "
-    "of the table."
+    f"{', '.join(_BATCH_ONLY)} and maxSplitBytes; reads of the change data feed take "
+    "readChangeFeed=true, startingVersion or startingTimestamp, endingVersion or "
+    "endingTimestamp (batch reads); every other option is a storage option of the table."
 )
 
 
@@ -230,7 +273,7 @@ def _refuse_unsupported(given: Mapping[str, object]) -> None:
 
 def _suggestion(options: Mapping[str, object]) -> str:
     """`` Did you mean 'x'?`` for a given name close to one of the format's options."""
-    known = {name.lower(): name for name in (*READ_OPTIONS, *STREAM_OPTIONS)}
+    known = {name.lower(): name for name in (*READ_OPTIONS, *STREAM_OPTIONS, *CHANGE_FEED_OPTIONS)}
     for raw in options:
         name = str(raw)
         if name.lower() in known:
@@ -375,6 +418,45 @@ class PruningDeltaScanReader(DeltaScanReader):
         return remaining
 
 
+def change_feed_schema(snapshot: Snapshot) -> StructType:
+    """The schema of the snapshot's change data feed: its columns, then ``_change_type``
+    (string), ``_commit_version`` (long) and ``_commit_timestamp`` (timestamp), as
+    delta-spark's."""
+    schema = spark_schema(snapshot)
+    for name, kind in CHANGE_COLUMNS:
+        schema = schema.add(name, from_arrow_type(kind))
+    return schema
+
+
+class ChangeFeedReader(BoundedSourceReader):
+    """Reads the change files of one range of versions (see ``_change_feed.py``)."""
+
+    def __init__(self, schema: StructType, listing: ChangeListing, config: FileSourceConfig):
+        super().__init__(schema)
+        self._listing = listing
+        self._config = config
+
+    def source(self) -> FileGroupSource[Any, Any]:
+        snapshot = self._listing.snapshot
+        return FileGroupSource(
+            self._listing,
+            ChangeFileReader(snapshot),
+            config=self._config,
+            split_id_prefix=f"changes-v{snapshot.version}",
+        )
+
+
+def _refuse_in_change_stream(options: Mapping[str, str]) -> None:
+    given = {str(k).lower() for k in options}
+    for name in _NOT_IN_CHANGE_STREAMS:
+        if name.lower() in given:
+            raise ConfigurationError(
+                f"option {name} is not taken by a stream of the change data feed: a stream "
+                "reads every commit from where it starts, removals included (use a batch read "
+                "with readChangeFeed=true for a bounded range)"
+            )
+
+
 class DeltaDataSource(DataSource):
     """The ``"deltalake"`` format (see the module docstring).
 
@@ -394,15 +476,32 @@ class DeltaDataSource(DataSource):
         _table, snapshot = open_snapshot(options.location, options.snapshot)
         self._scan = DeltaScan(snapshot, config=options.config)
         self._pushdown = options.filter_pushdown
-        return spark_schema(snapshot)
+        self._change_feed = options.change_feed
+        return change_feed_schema(snapshot) if options.change_feed else spark_schema(snapshot)
 
-    def reader(self, schema: StructType) -> DeltaScanReader:
+    def _resolved_scan(self) -> DeltaScan:
         scan: DeltaScan | None = getattr(self, "_scan", None)
         if scan is None:
             raise ConfigurationError(
                 f"the {FORMAT_NAME} format takes its schema from the table; read it without "
                 ".schema(...) (select or cast the columns afterwards)"
             )
+        return scan
+
+    def reader(self, schema: StructType) -> DeltaScanReader | ChangeFeedReader:
+        """A batch read of the pinned snapshot or, with ``readChangeFeed``, of the changes of
+        the range the options name (resolved now, in the table as of ``load()``).
+
+        Raises:
+            ConfigurationError: see :meth:`ChangeRange.resolve` and :class:`ChangeListing`.
+        """
+        scan = self._resolved_scan()
+        if getattr(self, "_change_feed", False):
+            given = {str(k).lower(): v for k, v in self.options.items()}
+            changes = ChangeRange.resolve(scan.snapshot, ChangeRangeSpec.of(given))
+            listing = ChangeListing(scan.snapshot, changes)
+            listing()  # the range's errors now, before any task starts
+            return ChangeFeedReader(schema, listing, scan.config)
         if getattr(self, "_pushdown", False):
             return PruningDeltaScanReader(schema, scan)
         return DeltaScanReader(schema, scan)
@@ -410,11 +509,14 @@ class DeltaDataSource(DataSource):
     def streamReader(self, schema: StructType) -> FileStreamReader:
         """A stream of the files the table's commits append (see ``_stream.py``), read with
         the schema the stream was defined with; where it starts is fixed when it starts."""
-        scan: DeltaScan | None = getattr(self, "_scan", None)
-        if scan is None:
-            raise ConfigurationError(
-                f"the {FORMAT_NAME} format takes its schema from the table; read it without "
-                ".schema(...) (select or cast the columns afterwards)"
+        scan = self._resolved_scan()
+        if getattr(self, "_change_feed", False):
+            _refuse_in_change_stream(self.options)
+            stream = parse_stream_options(self.options)
+            return FileStreamReader(
+                schema,
+                ChangeFeedTail(scan.snapshot, stream.start, config=scan.config),
+                stream.limit,
             )
         stream = parse_stream_options(self.options)
         tail = DeltaLogTail(

@@ -80,9 +80,10 @@ _ROW_INDEX = "__read_table_row_index"
 def register(spark: SparkSession) -> None:
     """Register the ``"deltalake"`` format with ``spark``:
     ``spark.read.format("deltalake").load(uri)``, with options ``versionAsOf``,
-    ``timestampAsOf``, ``maxSplitBytes``, ``filterPushdown`` and the table's storage options
-    (see ``docs/reading.md``). The session's configuration is not changed; reads with
-    ``filterPushdown`` need ``spark.sql.python.filterPushdown.enabled=true``.
+    ``timestampAsOf``, ``maxSplitBytes``, ``filterPushdown``, ``readChangeFeed`` (with its
+    range options) and the table's storage options (see ``docs/reading.md``). The session's
+    configuration is not changed; reads with ``filterPushdown`` need
+    ``spark.sql.python.filterPushdown.enabled=true``.
     """
     register_data_source(spark, DeltaDataSource, filter_pushdown=False)
 

@@ -20,7 +20,7 @@ import datetime as dt
 import decimal
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -293,23 +293,47 @@ class DeltaFileReader:
             for c, f in zip(columns, self._fields, strict=True)
             if c is not None and f.name not in self._partition_by
         ]
-        deleted = self._deleted_rows(file)
+        keep = self._row_filter(file)
         first_row = 0
-        for rows, batch in self._batches(parquet, wanted):
-            shaped = self._shape(file, columns, rows, batch)
-            mask = keep_mask(deleted, first_row, rows)
+        for rows, batch in self._batches(parquet, wanted + self._extra_columns(file, file_schema)):
+            shaped = self._finish(file, self._shape(file, columns, rows, batch), batch)
+            mask = keep(first_row, rows)
             first_row += rows
             if mask is None:
                 yield shaped
             elif mask.any():
                 yield shaped.filter(pa.array(mask))
 
+    def _row_filter(self, file: FileSplit) -> Callable[[int, int], np.ndarray | None]:
+        """Which rows of ``file`` are read: for ``(first_row, rows)``, a boolean mask of the
+        rows ``first_row`` on, or None for all of them. Here: the rows its deletion vector
+        does not delete."""
+        deleted = self._deleted_rows(file)
+        return lambda first_row, rows: keep_mask(deleted, first_row, rows)
+
     def _deleted_rows(self, file: FileSplit) -> np.ndarray:
         """The sorted row indexes the file's deletion vector (if any) deletes; read before
         the first row is returned, so a damaged vector fails the read, never returns rows."""
-        raw = file.metadata.get(DELETION_VECTOR)
+        return self._vector_rows(file, DELETION_VECTOR)
+
+    def _vector_rows(self, file: FileSplit, key: str) -> np.ndarray:
+        """The sorted row indexes of the deletion vector under ``key`` of ``file``'s
+        metadata (none without one)."""
+        raw = file.metadata.get(key)
         vector = None if raw is None else DeletionVectorDescriptor.from_json(json.loads(raw))
         return deleted_rows(vector, self._snapshot.location, file.path)
+
+    def _extra_columns(self, file: FileSplit, file_schema: pa.Schema) -> list[str]:
+        """Columns of the file read beside the table's (none here), handed to
+        :meth:`_finish`."""
+        return []
+
+    def _finish(
+        self, file: FileSplit, batch: pa.RecordBatch, raw: pa.RecordBatch | None
+    ) -> pa.RecordBatch:
+        """The batch to emit for ``batch`` (the table's columns of some of the file's rows;
+        ``raw`` is what was read of them, extra columns included): ``batch`` itself here."""
+        return batch
 
     def _batches(
         self, parquet: pq.ParquetFile, columns: list[str]

@@ -61,6 +61,11 @@ from urllib.parse import unquote
 
 from deltalake import DeltaTable
 
+from committers.delta.read._log_commits import (
+    LogPartitionValues,
+    commit_operation,
+    read_commit_actions,
+)
 from committers.delta.read._source import (
     DeltaFileReader,
     list_data_files,
@@ -90,8 +95,6 @@ __all__ = ["DeltaLogTail", "SourceTableChangedError", "StreamStart"]
 
 log = logging.getLogger("committers.delta")
 
-_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-_MICROSECOND = dt.timedelta(microseconds=1)
 #: Commits whose files are kept in memory (they never change; re-reading costs a GET each).
 _CACHED_VERSIONS = 256
 
@@ -187,14 +190,7 @@ class DeltaLogTail:
         self._skip_change_commits = skip_change_commits
         self._config = config
         self._schema = without_field_metadata(json.loads(snapshot.schema_json))
-        self._types = {f.name: f.type for f in snapshot.shape.schema.fields}
-        # The log keys partition values by physical name under column mapping.
-        mapped = snapshot.column_mapping_mode != "none"
-        self._partition_names = {
-            (f.physical_name if mapped else f.name): f.name
-            for f in snapshot.shape.schema.fields
-            if f.name in snapshot.shape.partition_by
-        }
+        self._partition_values = LogPartitionValues(snapshot)
         self._started: _Started | None = None
         self._initial: dict[str, Any] | None = None
         self._reset_caches()
@@ -314,10 +310,12 @@ class DeltaLogTail:
             while index < len(unit):
                 if stop is not None and (version, index) >= stop:
                     return self._end(start, version, index, snapshot)
-                file = unit[index]
                 if not limit.admits(files, size):
                     return self._end(start, version, index, snapshot)
-                files, size, index = files + 1, size + file.size_bytes, index + 1
+                taken = unit[index:] if index == 0 and self._indivisible(unit) else unit[index:][:1]
+                files += len(taken)
+                size += sum(f.size_bytes for f in taken)
+                index += len(taken)
             version, index, snapshot = version + 1, 0, False
         return self._end(start, version, index, snapshot)
 
@@ -333,6 +331,11 @@ class DeltaLogTail:
             began, at, in_snapshot = _position(start)
             end["from"] = {"version": began, "index": at, "snapshot": in_snapshot}
         return end
+
+    def _indivisible(self, unit: list[FileSplit]) -> bool:
+        """Whether a micro-batch takes all of a commit's files or none (it still takes them
+        while the limit has room, as for one file). Every file stands alone here."""
+        return False
 
     def latest_offset(self) -> dict[str, Any]:
         return self.discover(self.initial_offset(), AdmissionLimit(), up_to=None)
@@ -364,11 +367,15 @@ class DeltaLogTail:
         chosen = list(files)
         return FileGroupSource(
             _Listed(chosen),
-            DeltaFileReader(self._snapshot),
+            self._file_reader(),
             config=self._config,
             total_bytes=sum(f.size_bytes for f in chosen),
             split_id_prefix="stream",
         )
+
+    def _file_reader(self) -> DeltaFileReader:
+        """How the stream's tasks read a file."""
+        return DeltaFileReader(self._snapshot)
 
     # -- the log ---------------------------------------------------------------------------
 
@@ -425,17 +432,12 @@ class DeltaLogTail:
         ]
 
     def _commit_files(self, version: int) -> list[FileSplit] | None:
-        location = self._snapshot.location
-        path = location.path(f"_delta_log/{version:020d}.json")
-        try:
-            with location.filesystem().open(path, "rb") as handle:
-                lines = handle.read().decode("utf-8").splitlines()
-        except FileNotFoundError:
+        actions = read_commit_actions(self._snapshot.location, version)
+        if actions is None:
             self._check_not_cleaned_up(version)
             return None
         self._known_next = None
-        actions = [json.loads(line) for line in lines if line.strip()]
-        return self._appended(version, actions)
+        return self._commit_unit(version, actions)
 
     def _check_not_cleaned_up(self, version: int) -> None:
         """A missing commit is either not made yet or removed by log cleanup; list the log
@@ -453,10 +455,10 @@ class DeltaLogTail:
             )
         self._known_next = version
 
-    def _appended(self, version: int, actions: list[dict[str, Any]]) -> list[FileSplit]:
-        operation = next(
-            (a["commitInfo"].get("operation") for a in actions if "commitInfo" in a), None
-        )
+    def _check_commit(self, version: int, actions: list[dict[str, Any]]) -> str:
+        """Check the protocol and metadata a commit sets (see :meth:`_check_protocol` and
+        :meth:`_check_metadata`); returns how to name the commit in messages."""
+        operation = commit_operation(actions)
         what = f"version {version} of {self._uri}" + (f" ({operation})" if operation else "")
         for action in actions:
             if "protocol" in action:
@@ -464,6 +466,11 @@ class DeltaLogTail:
             metadata = action.get("metaData")
             if metadata is not None:
                 self._check_metadata(what, version, metadata)
+        return what
+
+    def _commit_unit(self, version: int, actions: list[dict[str, Any]]) -> list[FileSplit]:
+        """The files a stream reads of one commit: the appended ones."""
+        what = self._check_commit(version, actions)
         removes = [
             a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)
         ]
@@ -548,23 +555,6 @@ class DeltaLogTail:
             f"query started) cannot read: {difference} (a column dropped, renamed or retyped "
             f"since). Start a new query (new checkpoint) with a startingVersion after {version}."
         )
-
-    def _partition_values(self, raw: Mapping[str, Any]) -> dict[str, str | None]:
-        """The log's partition values, by logical name, spelled as the file reader expects."""
-        values: dict[str, str | None] = {}
-        for key, text in raw.items():
-            name = self._partition_names.get(key, key)
-            if text is None or text == "":
-                values[name] = None
-            elif str(self._types.get(name)) in ("timestamp", "timestamp_ntz"):
-                try:
-                    when = parse_timestamp(str(text))
-                except ConfigurationError as err:
-                    raise SinkError(f"partition value {name}={text!r} is not a timestamp") from err
-                values[name] = str((when - _EPOCH_UTC) // _MICROSECOND)
-            else:
-                values[name] = str(text)
-        return values
 
 
 class _Listed:

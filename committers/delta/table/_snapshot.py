@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
@@ -36,8 +37,10 @@ __all__ = [
     "Snapshot",
     "SnapshotSpec",
     "check_readable",
+    "commit_file_time",
     "commit_times",
     "first_version_at_or_after",
+    "last_version_at_or_before",
     "list_log",
     "open_snapshot",
     "parse_timestamp",
@@ -258,7 +261,7 @@ def list_log(location: TableLocation) -> LogListing:
         name = str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
         commit = _COMMIT_FILE.match(name)
         if commit:
-            raw[int(commit.group(1))] = _whole_milliseconds(file_mtime(info))
+            raw[int(commit.group(1))] = commit_file_time(info)
             continue
         checkpoint = _CHECKPOINT_FILE.match(name)
         if checkpoint:
@@ -272,9 +275,11 @@ def list_log(location: TableLocation) -> LogListing:
     return LogListing(commits, frozenset(checkpoints))
 
 
-def _whole_milliseconds(seconds: float) -> float:
-    """``seconds`` cut to whole milliseconds, as Hadoop (and so delta-spark) reports a file's
-    modification time: a commit time printed to the millisecond names that commit exactly."""
+def commit_file_time(info: Mapping[str, Any]) -> float:
+    """The modification time of a commit file's fsspec entry, cut to whole milliseconds (in
+    seconds), as Hadoop (and so delta-spark) reports it: a commit time printed to the
+    millisecond names that commit exactly. (Not yet made increasing: see :func:`list_log`.)"""
+    seconds = file_mtime(info)
     return (round(seconds * 1_000_000) // 1000) / 1000
 
 
@@ -315,7 +320,9 @@ def _utc(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _version_at(location: TableLocation, when: dt.datetime, log: LogListing) -> int:
+def _version_at(
+    location: TableLocation, when: dt.datetime, log: LogListing, option: str = "timestampAsOf"
+) -> int:
     latest, earliest = log.latest, log.earliest
     if latest is None:
         raise _not_a_table(location)
@@ -324,8 +331,8 @@ def _version_at(location: TableLocation, when: dt.datetime, log: LogListing) -> 
     }
     if not available:
         raise ConfigurationError(
-            f"timestampAsOf cannot be resolved for {location.uri}: the commit files of its "
-            "readable versions are gone (log cleanup). Use versionAsOf."
+            f"{option} cannot be resolved for {location.uri}: the commit files of its "
+            "readable versions are gone (log cleanup). Use a version instead."
         )
     wanted = when.timestamp()
     first = min(available)
@@ -334,18 +341,31 @@ def _version_at(location: TableLocation, when: dt.datetime, log: LogListing) -> 
             "the first commit" if first == 0 else f"the earliest version still available ({first})"
         )
         raise ConfigurationError(
-            f"timestampAsOf={when.isoformat()} is before {what} of {location.uri}, committed at "
+            f"{option}={when.isoformat()} is before {what} of {location.uri}, committed at "
             f"{_utc(available[first])}. Use a later timestamp."
         )
     last = max(available)
     if wanted > available[last] + 0.001:  # commit times have millisecond precision
         raise ConfigurationError(
-            f"timestampAsOf={when.isoformat()} is after the latest version ({last}) of "
+            f"{option}={when.isoformat()} is after the latest version ({last}) of "
             f"{location.uri}, committed at {_utc(available[last])}: a later commit could still "
-            "change what it reads. Use a timestamp at or before that, versionAsOf, or neither "
+            "change what it reads. Use a timestamp at or before that, a version, or neither "
             "for the latest version."
         )
     return max(v for v, t in available.items() if t <= wanted + 0.0005)
+
+
+def last_version_at_or_before(location: TableLocation, when: dt.datetime, option: str) -> int:
+    """The newest version committed at or before ``when``, as ``timestampAsOf`` resolves it
+    (the error messages name ``option``). A table with in-commit timestamps is the caller's to
+    refuse.
+
+    Raises:
+        NotATableError: the location holds no Delta table.
+        ConfigurationError: ``when`` is before the earliest available commit or after the
+            latest one.
+    """
+    return _version_at(location, when, list_log(location), option)
 
 
 def first_version_at_or_after(location: TableLocation, when: dt.datetime, option: str) -> int:

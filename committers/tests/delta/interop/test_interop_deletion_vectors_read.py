@@ -31,6 +31,7 @@ from committers.delta.table._deletion_vectors import (
 )
 from committers.tests._delta_spark import comparable, spark_rows
 from committers.tests._readers import duckdb_with_delta
+from committers.tests._spark_helpers import drain_available_now
 
 pytestmark = pytest.mark.spark
 
@@ -341,18 +342,11 @@ def test_stream_reads_a_snapshot_without_deleted_rows_then_stops_or_skips_a_dele
         reader = spark.readStream.format("deltalake")
         for key, value in options.items():
             reader = reader.option(key, value)
-        query = (
-            reader.load(uri)
-            .writeStream.foreachBatch(
-                lambda df, _: delivered.extend(r.id for r in df.select("id").collect())
-            )
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
+        drain_available_now(
+            reader.load(uri),
+            checkpoint,
+            lambda df, _: delivered.extend(r.id for r in df.select("id").collect()),
         )
-        query.awaitTermination(300)
-        if query.exception() is not None:
-            raise query.exception()
         return sorted(delivered)
 
     snapshot = [i for i in range(100) if i % 4]

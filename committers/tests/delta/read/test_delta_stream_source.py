@@ -25,6 +25,7 @@ from committers.delta.read._stream import DeltaLogTail, SourceTableChangedError,
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._snapshot import SnapshotSpec, open_snapshot
+from committers.tests._spark_helpers import drain_available_now
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError
 from framework.source import FileSourceConfig
@@ -416,7 +417,7 @@ def test_delta_spark_options_that_are_not_supported_are_refused_by_name(tmp_path
     for name, instead in [
         ("ignoreChanges", "use skipChangeCommits=true"),
         ("ignoreDeletes", "use skipChangeCommits=true"),
-        ("readChangeFeed", "not Delta's change data feed"),
+        ("excludeRegex", "every appended file is read"),
         ("failOnDataLoss", "always stops the stream"),
     ]:
         with pytest.raises(
@@ -476,15 +477,7 @@ def _drain(stream, checkpoint: Path, columns=SCHEMA.names) -> dict[int, list[tup
     def collect(df, batch_id):
         batches[batch_id] = [tuple(r) for r in df.select(*columns).collect()]
 
-    query = (
-        stream.writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    if query.exception() is not None:
-        raise query.exception()
+    drain_available_now(stream, checkpoint, collect)
     return batches
 
 
