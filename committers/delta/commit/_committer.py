@@ -40,6 +40,12 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from committers.delta.commit._auto_compact import AutoCompactor
+from committers.delta.commit._change_data_commit import (
+    LoggedRemove,
+    add_entry,
+    live_removes,
+    write_commit_with_changes,
+)
 from committers.delta.commit._log_append import (
     AppendConflict,
     AppendIdentity,
@@ -63,6 +69,7 @@ from committers.delta.commit._staging_cleanup import StagingCleaner, remove_left
 from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
+from committers.delta.table._change_feed import writes_change_data
 from committers.delta.table._identity import (
     IDENTITY_FEATURE,
     IDENTITY_TAG,
@@ -355,6 +362,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             attempt=attempt,
             staging=self._staging,
             session=classic_session(),
+            new_files=new_files,
         )
         redo = None
         if attempt == 0:
@@ -518,6 +526,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if self._replace_where is not None:
             self._write_replacement(table, committable, actions)
             return
+        rewrite = committable.rewrite
+        if rewrite is not None and rewrite.change_files:  # cdc actions: delta-rs cannot
+            logged = live_removes(table, [f.logged_path for f in rewrite.replaced])
+            self._write_with_changes(table, committable, logged)
+            return
         if committable.rewrite is not None:
             now = int(time.time() * 1000)
             removes = [
@@ -538,6 +551,29 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 committable, removed_files=removed, retries=0 if exact else None
             ),
             post_commit=_POST_COMMIT,
+        )
+
+    def _write_with_changes(
+        self,
+        table: DeltaTable,
+        committable: DeltaCommittable,
+        removes: list[LoggedRemove],
+        deleted_rows: int | None = None,
+    ) -> None:
+        """The commit of a rewrite with change files (the change data feed is on): written by
+        the sink, landing right on top of ``table``'s snapshot or raising
+        ``CommitFailedError`` (see :mod:`._change_data_commit`)."""
+        assert committable.rewrite is not None
+        write_commit_with_changes(
+            self._location,
+            table,
+            adds=committable.files,
+            removes=removes,
+            change_files=committable.rewrite.change_files,
+            properties=self._commit_properties(
+                committable, removed_files=len(removes), retries=0, deleted_rows=deleted_rows
+            ),
+            partition_by=self._plan.shape.partition_by,
         )
 
     def _replaces_all(self, epoch: Epoch) -> bool:
@@ -570,6 +606,10 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         ``mode: Append``. The predicate is recorded either way.
         """
         removed, deleted = self._files_replaced(table, committable.rewrite)
+        if committable.rewrite is not None and committable.rewrite.change_files:
+            logged = live_removes(table, [f["path"] for _, f in removed])
+            self._write_with_changes(table, committable, logged, deleted_rows=deleted)
+            return
         filters = self._overwrite_filters(table, removed)
         now = int(time.time() * 1000)
         removes: list[AddAction | RemoveAction] = [
@@ -638,6 +678,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             shape.arrow_schema(), self._location.uri, shape.partition_by
         )
         classify = FileClassifier(where, shape)
+        feed = writes_change_data(shape.configuration)
         replaced = {f.logged_path for f in rewrite.replaced} if rewrite else set()
         examined = replaced | set(rewrite.unchanged if rewrite else ())
         removed, unread = [], []
@@ -647,11 +688,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 removed.append(f)
                 continue
             outcome = classify(f)
-            if outcome == "all":
+            if outcome == "all" and not (feed and f["path"] not in examined):
                 removed.append(f)
                 deleted += f.get("num_records") or 0
-            elif outcome == "some" and f["path"] not in examined:
-                unread.append(f["path"])
+            elif outcome != "none" and f["path"] not in examined:
+                unread.append(f["path"])  # (with change files, whole files are read too)
         if unread:
             since = rewrite.read_version if rewrite else None
             raise _StaleRewrite(
@@ -769,7 +810,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """What clean-up must keep (the files the commit of this run references), and the
         version that holds the epoch."""
         key = _key(committable.epoch)
-        self._committed_paths[key] = {f.path for f in committable.files}
+        changes = committable.rewrite.change_files if committable.rewrite else ()
+        self._committed_paths[key] = {f.path for f in (*committable.files, *changes)}
         self._committed_attempts[key] = {f.task_attempt_id for f in committable.files}
         if self._auto_compactor is not None:
             self._auto_compactor.committed(committable.files)
@@ -832,7 +874,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             self._check_plan(shape, epoch)
             self._appender.mark_rules_checked(view)
         properties = self._commit_properties(committable)
-        adds = [_add_entry(f) for f in committable.files]
+        adds = [add_entry(f) for f in committable.files]
         me = _append_identity(epoch)
         crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
         try:
@@ -1138,7 +1180,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             name: physical[name] if shape.column_mapping else name for name in shape.partition_by
         }
         properties = self._commit_properties(committable)
-        adds = [_add_entry(f) for f in committable.files]
+        adds = [add_entry(f) for f in committable.files]
         txn = None if epoch.one_off else (epoch.app_id, epoch.epoch_id)
         for _ in range(IDENTITY_COMMIT_ATTEMPTS):
             view = self._identity_view()
@@ -1254,16 +1296,3 @@ def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
             f"another commit after version {rewrite.read_version} (e.g. {gone[:3]}), so it "
             "was computed on rows that have changed since."
         )
-
-
-def _add_entry(staged: StagedFile) -> dict[str, Any]:
-    """The add action of ``staged`` for :func:`~committers.delta.commit._log_append.commit_lines`,
-    with what :func:`~committers.delta.commit._sequence.add_action` gives delta-rs."""
-    return {
-        "path": staged.path,
-        "partitionValues": dict(staged.partition_values),
-        "size": staged.size,
-        "modificationTime": staged.modification_time,
-        "dataChange": True,
-        "stats": staged.stats,
-    }

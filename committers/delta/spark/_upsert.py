@@ -73,6 +73,7 @@ from deltalake import DeltaTable
 
 from committers.delta.read._source import spell_partition_value
 from committers.delta.spark._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
+from committers.delta.spark._change_data import change_directory, stage_changes
 from committers.delta.spark._scan import scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
@@ -90,13 +91,21 @@ from committers.delta.spark._upsert_touched import (
     keys_to_drop,
 )
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._change_feed import (
+    CHANGE_TYPE,
+    DELETE,
+    INSERT,
+    UPDATE_POSTIMAGE,
+    UPDATE_PREIMAGE,
+    writes_change_data,
+)
 from committers.delta.table._delta_schema import arrow_type, quote, spark_type
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import WritePlan
 from committers.delta.table._schema import HIVE_NULL, serialize_partition_value
 from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.table._table import open_table, removal_path
-from committers.delta.write._committable import ReplacedFile, Rewrite, StagedRewrite
+from committers.delta.write._committable import ReplacedFile, Rewrite, StagedFile, StagedRewrite
 from committers.delta.write._options import Staging, WriterOptions
 from framework.errors import (
     ConstraintViolationError,
@@ -600,17 +609,21 @@ class UpsertStager:
             return self._new_rows(session, latest, upserts, stale, touched, actions)
 
         drop = self._keys_to_drop(keys) if touched else None
+        # Change files only when rows are replaced: an insert-only batch's adds say it all.
+        feed = bool(touched) and writes_change_data(self._plan.shape.configuration)
+        owned = (change_directory(epoch),) if feed else ()
         if touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
             self._check_spark_keeps_values(touched, actions)
             kept = self._kept_rows(session, touched, actions, batch_changes())
-            staged, rows = stager.stage(new_rows().union(kept), epoch)
+            stager.write_manifest(epoch, also_owned=owned)
+            staged, rows = stager.write(new_rows().union(kept), epoch)
         elif drop is None:  # no file touched: the new rows only
             staged, rows = stager.stage(new_rows(), epoch)
         else:  # the touched files' kept rows by Python tasks, alongside the new rows by Spark
             assert table is not None and actions is not None
             kept_directory = f"{run_directory(epoch)}-kept"
-            stager.write_manifest(epoch, also_owned=(kept_directory,))
+            stager.write_manifest(epoch, also_owned=(kept_directory, *owned))
             with _in_parallel(
                 lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
             ) as kept_rewrite:  # (the new rows are planned while the tasks run)
@@ -633,8 +646,15 @@ class UpsertStager:
                 )
             metrics["numTargetRowsCopied"] = copied
         metrics["numTargetFilesAdded"] = len(staged)
-        staging = StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
-        return staging, rows
+        rewrite = dataclasses.replace(rewrite, metrics=metrics)
+        if feed:
+            assert actions is not None
+            changed = matched_rows + upserts  # each replaced row, each new row
+            change_files = self._stage_changes(
+                session, touched, actions, batch_changes(), new_rows(), epoch, changed
+            )
+            rewrite = dataclasses.replace(rewrite, change_files=change_files)
+        return StagedRewrite(staged, rewrite=rewrite), rows
 
     def _new_rows(
         self,
@@ -952,29 +972,96 @@ class UpsertStager:
         rows (partition values spelled, no checks: they are the table's)."""
         from pyspark.sql import functions as F
 
-        shape = self._plan.shape
-        sequence = self._upsert.table_sequence
-        data_columns = list(self._plan.layout.file_schema.names)
-        scan, by_key = self._scan(session, touched, data_columns)
-        if shape.partition_by:
-            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        rows = self._stored_rows(session, touched, actions)
         names = [_key(i) for i in range(len(self._upsert.table_keys))]
-        rows = scan.select(
-            *[F.col(quote(f.name)) for f in shape.schema.fields],
-            *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
-            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(sequence)],
-        )
+        sequence = self._upsert.table_sequence
         if sequence:
             joined = rows.join(changes, on=names, how="left")
             kept = joined.where(F.col(_DELETE).isNull() | ~_applies(sequence))
         else:
             kept = rows.join(changes.select(*names), on=names, how="left_anti")
-        identity = tuple(
-            PlannedColumn(name=f.name, expression=quote(f.name)) for f in shape.schema.fields
+        return self._shaped(kept)
+
+    def _stored_rows(
+        self, session: SparkSession, touched: list[_LiveFile], actions: pa.Table
+    ) -> DataFrame:
+        """The touched files' rows (the table's columns), with their keys in positional
+        names and their ``sequence_by`` values as ``_stored(i)``."""
+        from pyspark.sql import functions as F
+
+        shape = self._plan.shape
+        data_columns = list(self._plan.layout.file_schema.names)
+        scan, by_key = self._scan(session, touched, data_columns)
+        if shape.partition_by:
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        return scan.select(
+            *[F.col(quote(f.name)) for f in shape.schema.fields],
+            *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
+            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(self._upsert.table_sequence)],
         )
+
+    def _shaped(self, rows: DataFrame, *extra: str) -> DataFrame:
+        """The table's rows ``rows`` shaped as the table's rules shape written rows (partition
+        values spelled, no checks: they are the table's), with the ``extra`` columns after."""
+        from pyspark.sql import functions as F
+
+        fields = self._plan.shape.schema.fields
+        identity = tuple(PlannedColumn(name=f.name, expression=quote(f.name)) for f in fields)
+        passed = tuple(PlannedColumn(name=c, expression=quote(c)) for c in extra)
         return apply_input_plan(
-            kept.select(*[F.col(quote(f.name)) for f in shape.schema.fields]),
-            InputPlan(columns=identity, checks=(), output=self._plan.input_plan.output),
+            rows.select(*[F.col(quote(f.name)) for f in fields], *map(quote, extra)),
+            InputPlan(
+                columns=(*identity, *passed),
+                checks=(),
+                output=(*self._plan.input_plan.output, *passed),
+            ),
+        )
+
+    def _stage_changes(
+        self,
+        session: SparkSession,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        changes: DataFrame,
+        new_rows: DataFrame,
+        epoch: Epoch,
+        expected_rows: int,
+    ) -> tuple[StagedFile, ...]:
+        """The batch's change files (see :mod:`committers.delta.spark._change_data`): the
+        stored rows its applied changes replace, as ``delete`` (a delete) or
+        ``update_preimage``, and its new rows, as ``update_postimage`` (their key held a row
+        the batch replaced) or ``insert``. As delta-spark's MERGE, an update is reported even
+        when it changes no value; a stale change, or a delete of an absent key, is none."""
+        from pyspark.sql import functions as F
+
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        joined = self._stored_rows(session, touched, actions).join(changes, on=names)
+        replaced = joined.where(_applies(self._upsert.table_sequence)).withColumn(
+            CHANGE_TYPE, F.when(F.col(_DELETE), F.lit(DELETE)).otherwise(F.lit(UPDATE_PREIMAGE))
+        )
+        before = self._shaped(replaced, CHANGE_TYPE)
+        keys = list(self._upsert.table_keys)
+        updated = (
+            before.where(F.col(CHANGE_TYPE) == UPDATE_PREIMAGE)
+            .select(*map(quote, keys))
+            .distinct()
+            .withColumn(_APPLIES, F.lit(True))
+        )
+        after = new_rows.join(updated, on=keys, how="left").select(
+            *[F.col(quote(c)) for c in new_rows.columns],
+            F.when(F.col(_APPLIES), F.lit(UPDATE_POSTIMAGE))
+            .otherwise(F.lit(INSERT))
+            .alias(CHANGE_TYPE),
+        )
+        return stage_changes(
+            self._location,
+            self._plan.layout,
+            self._options,
+            before.unionByName(after),
+            epoch,
+            expected_rows=expected_rows,
+            what=f"the upsert into {self._location.uri}",
         )
 
 

@@ -482,15 +482,14 @@ def test_inputs_an_upsert_cannot_apply_are_refused_before_anything_runs(spark, t
     ("configuration", "message"),
     [
         ({"delta.appendOnly": "true"}, "it is append-only"),
-        ({"delta.enableChangeDataFeed": "true"}, "it has the change data feed enabled"),
         ({"delta.enableDeletionVectors": "true"}, "it uses deletion vectors"),
     ],
 )
 def test_tables_whose_features_an_upsert_would_break_are_refused(
     spark, tmp_path, configuration, message
 ) -> None:
-    """Made by delta-rs, not by the sink: a rewrite would break append-only, leave the change
-    feed without the changes, or ignore rows deleted by deletion vectors."""
+    """Made by delta-rs, not by the sink: a rewrite would break append-only, or ignore rows
+    deleted by deletion vectors."""
     uri = str(tmp_path / "table")
     DeltaTable.create(
         uri,
