@@ -15,8 +15,6 @@ import datetime
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,14 +23,12 @@ from deltalake import DeltaTable
 from committers.delta import DeltaSink
 from committers.tests._delta_helpers import staging_leftovers
 from committers.tests._delta_spark import spark_rows
-from committers.tests._spark_helpers import file_stream, forget_newest_commit, write_source_file
-from committers.tests._upsert_driver import APP_ID, run_cdc_stream, write_changes
+from committers.tests._spark_helpers import file_stream, write_source_file
+from committers.tests._upsert_driver import APP_ID, run_cdc_stream, run_then_kill_a_replay
 from framework import TwoPhaseSink
-from framework._crash import CRASH_VARIABLE
 
 pytestmark = pytest.mark.spark
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
 COLUMNS = "id BIGINT, name STRING, day STRING, ts BIGINT"
 CHANGES = "id BIGINT, name STRING, day STRING, ts BIGINT, op STRING"
 INITIAL = [(i, f"n{i}", f"d{i % 2}", 1) for i in range(1, 9)]
@@ -252,17 +248,18 @@ def test_replace_where_on_data_columns_writes_deletes_and_inserts(
 # -- whole-file operations: removes and adds are the change data --------------------------------
 
 
-@PARTITIONED
 @pytest.mark.parametrize("staging", ["spark", "arrow"])
-@pytest.mark.parametrize("replace_where", [None, "day = 'd0'"], ids=["full", "partition"])
+@pytest.mark.parametrize(
+    ("partitioned", "replace_where"),
+    [(True, None), (False, None), (True, "day = 'd0'")],
+    ids=["full-by_day", "full-flat", "partition-by_day"],
+)
 def test_overwrites_of_whole_files_need_no_change_files(
     delta_spark, tmp_path, partitioned, staging, replace_where
 ) -> None:
     """A full overwrite and a replace_where on the partition column remove whole files: the
     feed's deletes come from the removes, its inserts from the adds, as for delta-spark's own
     overwrite (which writes no change files either)."""
-    if replace_where is not None and not partitioned:
-        pytest.skip("a replace_where on a data column is the test above")
     spark = delta_spark
     ours, theirs = _create_twins(spark, tmp_path, partitioned)
     rows = [r for r in REPLACEMENT if replace_where is None or r[2] == "d0"]
@@ -360,36 +357,10 @@ def test_a_killed_and_replayed_stream_writes_each_change_once(delta_spark, tmp_p
     spark = delta_spark
     table, theirs = _create_twins(spark, tmp_path, partitioned=True)
     source, checkpoint = tmp_path / "changes", tmp_path / "chk"
-    go, out, err = tmp_path / "go", tmp_path / "driver.out", tmp_path / "driver.err"
-    driver = [sys.executable, "-m", "committers.tests._upsert_driver"]
-    with out.open("w") as stdout_file, err.open("w") as stderr_file:
-        process = subprocess.Popen(
-            [*driver, str(source), table, str(checkpoint), str(go)],
-            cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), CRASH_VARIABLE: "before_commit@2"},
-            stdout=stdout_file,
-            stderr=stderr_file,
-            start_new_session=True,
-        )
-    try:
-        for index in (0, 1):
-            write_changes(source, index, STREAM_BATCHES[index])
-        first = run_cdc_stream(spark, str(source), table, str(checkpoint))
-        assert [(b.batch_id, b.status) for b in first.batches] == [
-            (0, "committed"),
-            (1, "committed"),
-        ]
-        assert forget_newest_commit(checkpoint) == 1
-        write_changes(source, 2, STREAM_BATCHES[2])
-        go.touch()
-        process.wait(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    stderr = err.read_text()
-    assert process.returncode == -signal.SIGKILL, stderr[-3000:]
-    assert f"batch=1 epoch=1 app_id={APP_ID} status=skipped" in stderr
+    killed = run_then_kill_a_replay(spark, source, table, checkpoint, STREAM_BATCHES)
+    assert killed.first_batches == [(0, "committed"), (1, "committed")]
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert f"batch=1 epoch=1 app_id={APP_ID} status=skipped" in killed.stderr
     assert DeltaTable(table).transaction_version(APP_ID) == 1
     assert staging_leftovers(table)
     assert list((Path(table) / "_change_data").glob("batch-2-*"))  # staged, not committed
