@@ -850,7 +850,7 @@ def test_a_change_older_than_the_stored_row_is_not_applied(
 def test_spark_and_pyarrow_order_a_change_against_the_stored_row_alike(spark) -> None:
     """The rule of test_upsert_touched.py's cases, evaluated by Spark (the kept rows of
     ``staging="spark"`` and of large batches, the Spark join's count)."""
-    from committers.delta.spark._upsert import _DELETE, _applies, _sequence, _stored
+    from committers.delta.spark._upsert_stored import _DELETE, _applies, _sequence, _stored
     from committers.tests.delta.spark.test_upsert_touched import APPLIES_CASES, APPLIES_NAN_CASES
 
     for cases, kind in ((APPLIES_CASES, "long"), (APPLIES_NAN_CASES, "double")):
