@@ -17,12 +17,13 @@ import os
 import signal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from committers.delta import DeltaSink
 from committers.tests._delta_helpers import staging_leftovers
-from committers.tests._delta_spark import spark_rows
+from committers.tests._delta_spark import assert_all_read
 from committers.tests._spark_helpers import file_stream, write_source_file
 from committers.tests._upsert_driver import APP_ID, run_cdc_stream, run_then_kill_a_replay
 from framework import TwoPhaseSink
@@ -67,7 +68,21 @@ def _feed(spark, uri: str, start: int = 1) -> list[tuple]:
 
 
 def _rows(spark, uri: str) -> list[dict]:
-    return spark_rows(spark, uri)
+    """The table's rows as delta-spark reads them; deltalake and DuckDB read the same."""
+    return assert_all_read(spark, uri)
+
+
+def _delta_rs_feed(uri: str, start: int) -> list[tuple]:
+    """deltalake's change feed from ``start``, as :func:`_feed` gives delta-spark's."""
+    changes = DeltaTable(uri).load_cdf(starting_version=start).read_all()
+    table = pa.table(changes).to_pylist()
+    return sorted(
+        (
+            (r["_commit_version"], r["_change_type"], r["id"], r["name"], r["day"], r["ts"])
+            for r in table
+        ),
+        key=repr,
+    )
 
 
 def _merge(spark, uri: str, changes: list[tuple]) -> None:
@@ -169,6 +184,7 @@ def test_an_upsert_writes_the_feed_delta_spark_merge_writes(
     initial = [(1, "insert", *row) for row in INITIAL]
     assert _feed(spark, ours) == sorted(initial + UPSERT_FEED, key=repr)
     assert _feed(spark, ours) == _feed(spark, theirs)
+    assert _delta_rs_feed(ours, 2) == sorted(UPSERT_FEED, key=repr)
     assert _rows(spark, ours) == _rows(spark, theirs)
     _assert_change_files_committed(ours, 2, partitioned)
 
@@ -237,6 +253,7 @@ def test_replace_where_on_data_columns_writes_deletes_and_inserts(
     expected = [(2, "delete", *r) for r in replaced] + [(2, "insert", *r) for r in rows]
     assert _feed(spark, ours, 2) == sorted(expected, key=repr)
     assert _feed(spark, ours) == _feed(spark, theirs)
+    assert _delta_rs_feed(ours, 2) == sorted(expected, key=repr)
     assert _rows(spark, ours) == _rows(spark, theirs)
     _assert_change_files_committed(ours, 2, partitioned)
     for uri in (ours, theirs):
