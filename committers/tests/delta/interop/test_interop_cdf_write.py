@@ -306,6 +306,8 @@ def test_complete_mode_replaces_the_rows_in_the_feed(delta_spark, tmp_path) -> N
     )
     write_source_file(source, "part-000", range(0, 3))  # d0, d1, d2: one each
     write_source_file(source, "part-001", range(3, 5))  # d0, d1: two each then
+    first = (source / "part-000.json").stat().st_mtime
+    os.utime(source / "part-001.json", (first + 1, first + 1))  # Spark takes files by age
     counts = file_stream(spark, source).groupBy("day").count().withColumnRenamed("count", "n")
     sink = TwoPhaseSink(DeltaSink(uri, app_id="counts"))
     query = sink.write_stream(
