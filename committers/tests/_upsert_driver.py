@@ -15,8 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 CHANGE_SCHEMA = "id LONG, name STRING, day STRING, ts LONG, op STRING"
@@ -63,6 +66,57 @@ def write_changes(directory: Path, order: int, changes: list[tuple]) -> None:
     moment = first + order
     os.utime(tmp, (moment, moment))
     tmp.rename(directory / f"part-{order}.json")
+
+
+@dataclass(frozen=True)
+class KilledRun:
+    """What :func:`run_then_kill_a_replay` saw: the batches run in the test process, and the
+    driver process's exit code and output."""
+
+    first_batches: list[tuple[int, str]]
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+def run_then_kill_a_replay(spark, source: Path, table: str, checkpoint: Path, batches) -> KilledRun:  # type: ignore[no-untyped-def]
+    """Batches 0 and 1 of ``batches`` run here; the checkpoint then forgets that batch 1
+    finished. The stream restarts as its own process (this module's ``main``): batch 1 is a
+    replay, and the process is SIGKILLed after staging batch 2, before its commit."""
+    from committers.tests._spark_helpers import forget_newest_commit
+    from framework._crash import CRASH_VARIABLE
+
+    work = checkpoint.parent
+    go, out, err = work / "go", work / "driver.out", work / "driver.err"
+    root = Path(__file__).resolve().parents[2]
+    arguments = [str(source), table, str(checkpoint), str(go)]
+    with out.open("w") as stdout_file, err.open("w") as stderr_file:
+        process = subprocess.Popen(  # starts Spark now, runs the stream once `go` exists
+            [sys.executable, "-m", "committers.tests._upsert_driver", *arguments],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root), CRASH_VARIABLE: "before_commit@2"},
+            stdout=stdout_file,
+            stderr=stderr_file,
+            start_new_session=True,  # the crash kills its own process group, not the caller's
+        )
+    try:
+        for index in (0, 1):
+            write_changes(source, index, batches[index])
+        first = run_cdc_stream(spark, str(source), table, str(checkpoint))
+        assert forget_newest_commit(checkpoint) == 1
+        write_changes(source, 2, batches[2])
+        go.touch()
+        process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return KilledRun(
+        [(b.batch_id, b.status) for b in first.batches],
+        process.returncode,
+        out.read_text(),
+        err.read_text(),
+    )
 
 
 def main() -> None:

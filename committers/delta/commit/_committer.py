@@ -22,17 +22,14 @@ import functools
 import json
 import logging
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import (
     CommitProperties,
     DeltaTable,
     Field,
-    PostCommitHookProperties,
     Transaction,
 )
 from deltalake import Schema as DeltaSchema
@@ -40,6 +37,12 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from committers.delta.commit._auto_compact import AutoCompactor
+from committers.delta.commit._change_data_commit import (
+    LoggedRemove,
+    add_entry,
+    live_removes,
+    write_commit_with_changes,
+)
 from committers.delta.commit._log_append import (
     AppendConflict,
     AppendIdentity,
@@ -52,7 +55,9 @@ from committers.delta.commit._log_append import (
     unsupported_by_append,
 )
 from committers.delta.commit._log_maintenance import LogMaintenance
+from committers.delta.commit._replacement import ReplacementCommits, _StaleRewrite
 from committers.delta.commit._sequence import (
+    POST_COMMIT,
     add_action,
     advance,
     commit_once,
@@ -60,8 +65,6 @@ from committers.delta.commit._sequence import (
     write_transaction,
 )
 from committers.delta.commit._staging_cleanup import StagingCleaner, remove_leftovers
-from committers.delta.spark._replace_rewrite import replace_rows
-from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.table._identity import (
     IDENTITY_FEATURE,
@@ -74,14 +77,13 @@ from committers.delta.table._protocol import (
     check_appends_only,
     check_replaceable,
 )
-from committers.delta.table._replace_where import FileClassifier, ReplaceWhere, with_replace_where
+from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
 from committers.delta.table._rules import TableShape, WritePlan, new_table_schema, plan_write
 from committers.delta.table._schema import (
     SINK_SPELLING,
     OptionSpelling,
     SchemaMode,
     merge_schemas,
-    serialize_partition_value,
 )
 from committers.delta.table._table import (
     COMMIT_APP_ID,
@@ -92,7 +94,6 @@ from committers.delta.table._table import (
     added_paths,
     find_commit,
     find_run,
-    removal_path,
 )
 from committers.delta.write._committable import (
     DeltaCommittable,
@@ -108,7 +109,6 @@ from framework.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     ConcurrentWriterError,
-    DestinationError,
     EpochRegressionError,
 )
 from framework.retry import Backoff
@@ -130,7 +130,7 @@ IDENTITY_COMMIT_ATTEMPTS = 16
 RECENT_HISTORY = 256  # commits searched for other writers' app ids (once per new checkpoint)
 
 
-class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
+class DeltaGlobalCommitter(ReplacementCommits, GlobalCommitter[StagedFile, DeltaCommittable]):
     """Commits each epoch's staged files as ONE Delta transaction keyed by (app id, epoch id).
 
     Guarantees:
@@ -333,34 +333,6 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             epoch=epoch, files=tuple(sorted(committables, key=lambda f: f.path)), rewrite=rewrite
         )
 
-    def _rewrites_rows(self) -> bool:
-        where = self._replace_where
-        return where is not None and not where.on_partitions_only
-
-    def _replaced_rows(
-        self, epoch: Epoch, new_files: list[StagedFile], *, attempt: int
-    ) -> StagedRewrite:
-        """``new_files`` with the kept rows of the files the overwrite rewrites on the
-        newest snapshot; it can be redone once (``attempt`` 1, into a new directory)."""
-        assert self._replace_where is not None
-        table = self.snapshot()
-        if table is None:  # the commit creates the table: nothing to replace
-            return StagedRewrite(new_files, rewrite=Rewrite(read_version=None))
-        kept, rewrite = replace_rows(
-            self._location,
-            table,
-            self._replace_where,
-            self._rewrite_options,
-            epoch,
-            attempt=attempt,
-            staging=self._staging,
-            session=classic_session(),
-        )
-        redo = None
-        if attempt == 0:
-            redo = lambda: self._replaced_rows(epoch, new_files, attempt=1)  # noqa: E731
-        return StagedRewrite([*new_files, *kept], rewrite=rewrite, redo=redo)
-
     def commit(self, global_committables: list[DeltaCommittable]) -> list[DeltaCommittable]:
         for committable in global_committables:
             self._commit_one(committable)
@@ -518,6 +490,11 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         if self._replace_where is not None:
             self._write_replacement(table, committable, actions)
             return
+        rewrite = committable.rewrite
+        if rewrite is not None and rewrite.change_files:  # cdc actions: delta-rs cannot
+            logged = live_removes(table, [f.logged_path for f in rewrite.replaced])
+            self._write_with_changes(table, committable, logged)
+            return
         if committable.rewrite is not None:
             now = int(time.time() * 1000)
             removes = [
@@ -537,7 +514,30 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             commit_properties=self._commit_properties(
                 committable, removed_files=removed, retries=0 if exact else None
             ),
-            post_commit=_POST_COMMIT,
+            post_commit=POST_COMMIT,
+        )
+
+    def _write_with_changes(
+        self,
+        table: DeltaTable,
+        committable: DeltaCommittable,
+        removes: list[LoggedRemove],
+        deleted_rows: int | None = None,
+    ) -> None:
+        """The commit of a rewrite with change files (the change data feed is on): written by
+        the sink, landing right on top of ``table``'s snapshot or raising
+        ``CommitFailedError`` (see :mod:`._change_data_commit`)."""
+        assert committable.rewrite is not None
+        write_commit_with_changes(
+            self._location,
+            table,
+            adds=committable.files,
+            removes=removes,
+            change_files=committable.rewrite.change_files,
+            properties=self._commit_properties(
+                committable, removed_files=len(removes), retries=0, deleted_rows=deleted_rows
+            ),
+            partition_by=self._plan.shape.partition_by,
         )
 
     def _replaces_all(self, epoch: Epoch) -> bool:
@@ -551,152 +551,6 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             or committable.rewrite is not None
             or self._replace_where is not None
         )
-
-    def _write_replacement(
-        self,
-        table: DeltaTable,
-        committable: DeltaCommittable,
-        adds: list[AddAction | RemoveAction],
-    ) -> None:
-        """The commit of an overwrite with ``replace_where``: its adds, and the removes of
-        the files it replaces in ``table``'s snapshot (:meth:`_files_replaced`), landing
-        right on top of that snapshot.
-
-        When the removed files are exactly the files of some partitions (always so for a
-        ``replace_where`` on partition columns), delta-rs's own overwrite removes them, so
-        the history records ``mode: Overwrite`` as delta-spark and delta-rs do; otherwise
-        (part of a partition rewritten, or of an unpartitioned table) the removes are
-        explicit actions, which delta-rs 1.6 accepts in an append only, recorded as
-        ``mode: Append``. The predicate is recorded either way.
-        """
-        removed, deleted = self._files_replaced(table, committable.rewrite)
-        filters = self._overwrite_filters(table, removed)
-        now = int(time.time() * 1000)
-        removes: list[AddAction | RemoveAction] = [
-            RemoveAction(path, True, now, f["size_bytes"]) for path, f in removed
-        ]
-        read_version = table.version()
-        write_transaction(
-            table,
-            adds if filters is not None else [*removes, *adds],
-            mode="append" if filters is None else "overwrite",
-            partition_by=self._plan.shape.partition_by,
-            partition_filters=filters or None,
-            commit_properties=self._commit_properties(
-                committable, removed_files=len(removed), retries=0, deleted_rows=deleted
-            ),
-            post_commit=_POST_COMMIT,
-        )
-        if filters is not None:  # (retries=0: it is the next version, or it raised)
-            self._check_removed(read_version + 1, {unquote(f["path"]) for _, f in removed})
-
-    def _check_removed(self, version: int, intended: set[str]) -> None:
-        """The commit at ``version``, whose removes delta-rs's overwrite derived from its
-        partition filters, removed exactly the ``intended`` files (decoded paths): the
-        filters were checked against delta-rs's file selection beforehand, through another
-        of its functions, so this confirms that both select alike.
-
-        Raises:
-            DestinationError: they differ; the commit stands (a removed file is still on
-                storage, so its rows can be added back), the message names the files.
-        """
-        path = self._location.path(f"_delta_log/{version:020d}.json")
-        try:
-            with self._location.filesystem().open(path, "rb") as handle:
-                actions = [json.loads(line) for line in handle.read().splitlines() if line]
-        except (OSError, ValueError) as err:  # the commit stands either way: no verdict
-            log.warning("could not read back version %s of %s: %s", version, path, err)
-            return
-        removed = {unquote(a["remove"]["path"]) for a in actions if "remove" in a}
-        if removed != intended:
-            raise DestinationError(
-                f"the overwrite committed version {version} of {self._location.uri}, and "
-                "delta-rs's overwrite removed other files than the replace_where selects: "
-                f"also {sorted(removed - intended)[:5]}, not {sorted(intended - removed)[:5]}. "
-                "The commit stands and removed files stay on storage; add back the rows of "
-                "those removed wrongly (read them with versionAsOf) and report this."
-            )
-
-    def _files_replaced(
-        self, table: DeltaTable, rewrite: Rewrite | None
-    ) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-        """The live files of ``table``'s snapshot the overwrite removes, each as the path a
-        ``RemoveAction`` takes and its row of ``get_add_actions(flatten=True)``: those whose
-        partition values make ``replace_where`` TRUE, and those ``rewrite`` replaced; and the
-        rows they delete, as far as the log counts them.
-
-        Raises:
-            _StaleRewrite: a live file that may hold matching rows was not read by ``rewrite``
-                (another writer added it since): the rewrite must be computed again.
-            UnsupportedTableFeatureError: a file to remove is logged in a spelling delta-rs
-                cannot reproduce in a remove (another writer encoded it differently): the
-                overwrite could not remove it, so it is refused.
-        """
-        assert self._replace_where is not None
-        shape = TableShape.of_table(table)
-        where = self._replace_where.bind(
-            shape.arrow_schema(), self._location.uri, shape.partition_by
-        )
-        classify = FileClassifier(where, shape)
-        replaced = {f.logged_path for f in rewrite.replaced} if rewrite else set()
-        examined = replaced | set(rewrite.unchanged if rewrite else ())
-        removed, unread = [], []
-        deleted = rewrite.metrics.get("numDeletedRows", 0) if rewrite else 0
-        for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-            if f["path"] in replaced:
-                removed.append(f)
-                continue
-            outcome = classify(f)
-            if outcome == "all":
-                removed.append(f)
-                deleted += f.get("num_records") or 0
-            elif outcome == "some" and f["path"] not in examined:
-                unread.append(f["path"])
-        if unread:
-            since = rewrite.read_version if rewrite else None
-            raise _StaleRewrite(
-                f"{len(unread)} files that may hold rows it replaces were added by another "
-                f"commit after version {since} (e.g. {unread[:3]}), so they were not read."
-            )
-        removals = []
-        for f in removed:
-            path = removal_path(f["path"])
-            if path is None:
-                raise UnsupportedTableFeatureError(
-                    f"cannot overwrite {self._location.uri} where {where.text}: "
-                    f"the log spells file {f['path']!r} in a URL encoding delta-rs cannot "
-                    "write in a remove action, so the file would stay. Nothing was "
-                    "committed; rewrite the partition with the tool that wrote it."
-                )
-            removals.append((path, f))
-        return removals, deleted
-
-    def _overwrite_filters(
-        self, table: DeltaTable, removed: list[tuple[str, dict[str, Any]]]
-    ) -> list[tuple[str, str, str | list[str]]] | None:
-        """delta-rs partition filters (one conjunction: what its overwrite takes) under which
-        its overwrite removes exactly ``removed`` from ``table``'s snapshot (``[]``: every
-        file, no filter; empty ``in`` lists: none), or ``None`` when none does: part of a
-        partition kept, part of an unpartitioned table (or none of it) removed, or delta-rs
-        selecting other files than these (its ``= ''`` matches a NULL partition value logged
-        as null, not one logged as ``""``; its ``in`` matches no NULL)."""
-        partition_by = list(self._plan.shape.partition_by)
-        if not partition_by:
-            return [] if removed and len(removed) == len(table.file_uris()) else None
-        values: dict[str, set[str]] = {c: set() for c in partition_by}
-        for _, f in removed:
-            for c in partition_by:
-                value = serialize_partition_value(f.get(f"partition.{c}"))
-                values[c].add("" if value is None else value)  # delta-rs's NULL, verified
-        filters: list[tuple[str, str, str | list[str]]] = [
-            (c, "=", next(iter(values[c]))) if len(values[c]) == 1 else (c, "in", sorted(values[c]))
-            for c in partition_by
-        ]
-        with warnings.catch_warnings():  # (partition_filters is what its overwrite takes)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            selected = table.file_uris(partition_filters=filters)
-        chosen = {self._location.relative(u.split("://", 1)[-1]) for u in selected}
-        return filters if chosen == {unquote(f["path"]) for _, f in removed} else None
 
     def _holds(self, table: DeltaTable | None, epoch: Epoch) -> bool:
         """Whether ``table`` already holds ``epoch`` (before a commit, or to reconcile one).
@@ -769,7 +623,8 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
         """What clean-up must keep (the files the commit of this run references), and the
         version that holds the epoch."""
         key = _key(committable.epoch)
-        self._committed_paths[key] = {f.path for f in committable.files}
+        changes = committable.rewrite.change_files if committable.rewrite else ()
+        self._committed_paths[key] = {f.path for f in (*committable.files, *changes)}
         self._committed_attempts[key] = {f.task_attempt_id for f in committable.files}
         if self._auto_compactor is not None:
             self._auto_compactor.committed(committable.files)
@@ -832,7 +687,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             self._check_plan(shape, epoch)
             self._appender.mark_rules_checked(view)
         properties = self._commit_properties(committable)
-        adds = [_add_entry(f) for f in committable.files]
+        adds = [add_entry(f) for f in committable.files]
         me = _append_identity(epoch)
         crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
         try:
@@ -944,7 +799,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
                 configuration=self._table_configuration or None,
                 storage_options=self._location.delta_storage_options(),
                 commit_properties=self._commit_properties(committable, retries=0),
-                post_commithook_properties=_POST_COMMIT,
+                post_commithook_properties=POST_COMMIT,
             )
         except Exception:
             uri, options = self._location.uri, self._location.delta_storage_options()
@@ -1138,7 +993,7 @@ class DeltaGlobalCommitter(GlobalCommitter[StagedFile, DeltaCommittable]):
             name: physical[name] if shape.column_mapping else name for name in shape.partition_by
         }
         properties = self._commit_properties(committable)
-        adds = [_add_entry(f) for f in committable.files]
+        adds = [add_entry(f) for f in committable.files]
         txn = None if epoch.one_off else (epoch.app_id, epoch.epoch_id)
         for _ in range(IDENTITY_COMMIT_ATTEMPTS):
             view = self._identity_view()
@@ -1210,8 +1065,6 @@ def _key(epoch: Epoch) -> tuple[str, str, int]:
     return (epoch.app_id, epoch.writer_identity, epoch.epoch_id)
 
 
-# Checkpoints and log clean-up run on the committer's LogMaintenance worker, off the commit.
-_POST_COMMIT = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 #: How long ``close()`` lets due log maintenance (a checkpoint) finish.
 MAINTENANCE_CLOSE_WAIT = 60.0
 
@@ -1235,11 +1088,6 @@ def _operation_parameters(
     return parameters
 
 
-class _StaleRewrite(Exception):
-    """A file an upsert replaces is no longer live: the batch was computed on rows another
-    writer has changed since. Never committed; handled by :meth:`_commit_one`."""
-
-
 def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
     """Every file ``rewrite`` replaces is live in ``table``'s snapshot (where the commit, made
     with ``max_commit_retries=0``, lands right on top).
@@ -1254,16 +1102,3 @@ def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
             f"another commit after version {rewrite.read_version} (e.g. {gone[:3]}), so it "
             "was computed on rows that have changed since."
         )
-
-
-def _add_entry(staged: StagedFile) -> dict[str, Any]:
-    """The add action of ``staged`` for :func:`~committers.delta.commit._log_append.commit_lines`,
-    with what :func:`~committers.delta.commit._sequence.add_action` gives delta-rs."""
-    return {
-        "path": staged.path,
-        "partitionValues": dict(staged.partition_values),
-        "size": staged.size,
-        "modificationTime": staged.modification_time,
-        "dataChange": True,
-        "stats": staged.stats,
-    }

@@ -44,6 +44,7 @@ from framework.errors import CommitConflictError, CommitStateUnknownError
 from framework.retry import Backoff, CommitResult, Verdict, commit_with_reconciliation
 
 __all__ = [
+    "POST_COMMIT",
     "add_action",
     "advance",
     "classify_delta_commit_error",
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("committers.delta")
+
+#: Checkpoints and log clean-up run on the committer's LogMaintenance worker, off the commit.
+POST_COMMIT = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 
 T = TypeVar("T")
 

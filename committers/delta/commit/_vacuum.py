@@ -9,14 +9,17 @@ Deleted, if their modification time is older than the retention too:
   retention keeps working: a file such a version reads is live, or was removed after that
   version, so within the retention;
 * **unreferenced files**: data files no version names (what crashed writers left), and
-  **staging** entries under ``_sink_staging/``, as :func:`remove_orphan_files` finds them.
+  **staging** entries under ``_sink_staging/``, as :func:`remove_orphan_files` finds them;
+* **change files** under ``_change_data/`` (the change data feed's): as delta-spark's VACUUM,
+  by their age alone, committed or not. A change file is written with its commit, so the
+  versions within the retention keep theirs.
 
 Never deleted: the log; files a staging manifest younger than the retention names (a writer
 may still commit them); other kinds of files than Parquet; anything in directories named
-``_…`` or ``.…`` except the Hive directories of the table's own partition columns (``_x=1/``
-for a column ``_x``), anywhere else at any depth (the sink's run directories
-``batch-<n>-<run>/``, Spark's ``_temporary`` inside them); empty directories (left, as delta-rs
-leaves them). Tables with deletion vectors or v2 checkpoints are refused.
+``_…`` or ``.…`` except ``_change_data/`` and the Hive directories of the table's own
+partition columns (``_x=1/`` for a column ``_x``), anywhere else at any depth (the sink's run
+directories ``batch-<n>-<run>/``, Spark's ``_temporary`` inside them); empty directories
+(left, as delta-rs leaves them). Tables with deletion vectors or v2 checkpoints are refused.
 
 The retention is the table's ``delta.deletedFileRetentionDuration`` (7 days if not set) unless
 given; a shorter one (or one under an hour) is refused unless forced, as delta-spark's
@@ -49,6 +52,7 @@ from deltalake.exceptions import DeltaError
 
 from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._change_feed import CHANGE_DATA_DIR
 from committers.delta.table._table import (
     COMMIT_RUN_ID,
     MIN_ORPHAN_RETENTION_SECONDS,
@@ -96,7 +100,8 @@ class VacuumFile:
     """A file a vacuum deletes (or would, in a dry run).
 
     ``kind``: ``"removed"`` (no longer in the table, removed before the retention),
-    ``"unreferenced"`` (a data file no version names) or ``"staging"`` (an entry of the staging
+    ``"unreferenced"`` (a data file no version names), ``"change"`` (a change file under
+    ``_change_data/`` older than the retention) or ``"staging"`` (an entry of the staging
     directory). ``removed_at``: when a ``"removed"`` file was removed (ISO 8601 UTC).
     """
 
@@ -254,8 +259,11 @@ def _plan(
         if when is not None and when >= cutoff_ms:
             continue  # a version within the retention reads it
         size = int(listing.files[relative][1].get("size") or 0)
-        if relative.split("/", 1)[0] == STAGING_DIR:
+        top = relative.split("/", 1)[0]
+        if top == STAGING_DIR:
             files.append(VacuumFile(relative, "staging", size))
+        elif top == CHANGE_DATA_DIR:  # as delta-spark: change files expire by their age
+            files.append(VacuumFile(relative, "change", size))
         elif when is None:
             files.append(VacuumFile(relative, "unreferenced", size))
         else:

@@ -48,6 +48,7 @@ from committers.delta.spark._arrow_rewrite import (
     in_tasks,
     rewriting,
 )
+from committers.delta.spark._change_data import change_directory, stage_changes, staged_rows
 from committers.delta.spark._scan import read_schema, scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
@@ -57,6 +58,13 @@ from committers.delta.spark._spark_staging import (
 )
 from committers.delta.storage._staging import write_manifest
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._change_feed import (
+    CHANGE_DATA_FEED,
+    CHANGE_TYPE,
+    DELETE,
+    INSERT,
+    writes_change_data,
+)
 from committers.delta.table._delta_schema import quote
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
@@ -136,11 +144,14 @@ def replace_rows(
     attempt: int,
     staging: Staging,
     session: SparkSession | None,
+    new_files: Sequence[StagedFile] = (),
 ) -> tuple[list[StagedFile], Rewrite]:
     """Rewrite, for ``epoch``'s overwrite, the files of ``table`` (at its current version)
     that hold rows ``where`` matches (see the module docstring); ``attempt`` numbers the
     computations of one run (each writes its own directory). ``session``: the Spark that runs
-    the rewrite (``None``: this process does it with pyarrow).
+    the rewrite (``None``: this process does it with pyarrow). ``new_files``: the overwrite's
+    staged rows, which the change files of a table with the change data feed on report as
+    inserted (with the rows replaced as deleted; files whose rows all match are read then too).
 
     Returns:
         The staged files of the kept rows, and the :class:`Rewrite` the commit checks and
@@ -157,7 +168,15 @@ def replace_rows(
     read_version = table.version()
     shape = TableShape.of_table(table)
     bound = where.bind(shape.arrow_schema(), location.uri, shape.partition_by)
-    candidates = _candidates(table, shape, bound, location.uri)
+    feed = writes_change_data(shape.configuration)
+    if feed and session is None:
+        raise UnsupportedTableFeatureError(
+            f"the overwrite of {location.uri} where {where.text} must write change files (its "
+            f"change data feed is on: {CHANGE_DATA_FEED}=true), which Spark writes, and no "
+            "classic Spark session runs here (Spark Connect, or a Python worker). Nothing was "
+            "committed; write it with DeltaSink from a classic Spark session."
+        )
+    candidates = _candidates(table, shape, bound, location.uri, whole_too=feed)
     if not candidates:
         return [], Rewrite(read_version=read_version)
     # The kept rows have the table's columns now (a merge's new columns come later, as null).
@@ -171,13 +190,61 @@ def replace_rows(
             location, read_version, shape, reader_features(table)[1], table.schema().to_json()
         )
         staged, counts = _with_arrow(session, snapshot, job)
-    return staged, _rewrite(location.uri, read_version, candidates, counts)
+    rewrite = _rewrite(location.uri, read_version, candidates, counts)
+    if feed and rewrite.replaced:
+        assert session is not None
+        changes_epoch = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-changes{attempt}")
+        change_files = _stage_changes(session, job, counts, new_files, changes_epoch)
+        rewrite = dataclasses.replace(rewrite, change_files=change_files)
+    return staged, rewrite
+
+
+def _stage_changes(
+    session: SparkSession,
+    job: _Job,
+    counts: dict[int, tuple[int, int]],
+    new_files: Sequence[StagedFile],
+    epoch: Epoch,
+) -> tuple[StagedFile, ...]:
+    """The overwrite's change files, as delta-spark's replaceWhere writes them: the rows it
+    replaces (``where`` TRUE) of the candidates holding some, as ``delete``; the rows of
+    ``new_files``, as ``insert``. Their directory is named in ``epoch``'s manifest first."""
+    from pyspark.sql import functions as F
+
+    location, plan = job.location, job.plan
+    directory = change_directory(epoch)
+    write_manifest(location, spark_manifest_path(epoch), [], directories=[directory])
+    replaced = [i for i, (_, matched) in counts.items() if matched]
+    scan, _ = _scan(session, job, replaced)
+    names = [f.name for f in plan.shape.schema.fields]
+    identity = tuple(PlannedColumn(name=n, expression=quote(n)) for n in names)
+    kind = PlannedColumn(name=CHANGE_TYPE, expression=quote(CHANGE_TYPE))
+    deleted = apply_input_plan(
+        scan.where(F.col(_MATCHED)).select(
+            *[F.col(quote(n)) for n in names], F.lit(DELETE).alias(CHANGE_TYPE)
+        ),
+        InputPlan(columns=(*identity, kind), checks=(), output=(*plan.input_plan.output, kind)),
+    )
+    changes = deleted
+    if new_files:
+        inserted = staged_rows(session, location, plan.layout, new_files)
+        changes = deleted.unionByName(inserted.withColumn(CHANGE_TYPE, F.lit(INSERT)))
+    return stage_changes(
+        location,
+        plan.layout,
+        job.options,
+        changes,
+        epoch,
+        expected_rows=sum(counts[i][1] for i in replaced) + sum(f.num_records for f in new_files),
+        what=f"the overwrite of {location.uri}",
+    )
 
 
 def _candidates(
-    table: DeltaTable, shape: TableShape, where: ReplaceWhere, uri: str
+    table: DeltaTable, shape: TableShape, where: ReplaceWhere, uri: str, *, whole_too: bool
 ) -> list[_Candidate]:
-    """The live files that may hold matching rows.
+    """The live files that may hold matching rows (``whole_too``: also those whose every row
+    matches by its partition values, whose rows the change files must report).
 
     Raises:
         UnsupportedTableFeatureError: one's logged path cannot be removed exactly.
@@ -185,7 +252,8 @@ def _candidates(
     classify = FileClassifier(where, shape)
     found = []
     for action in pa.table(table.get_add_actions(flatten=True)).to_pylist():
-        if classify(action) != "some":
+        outcome = classify(action)
+        if outcome == "none" or (outcome == "all" and not whole_too):
             continue
         logged = action["path"]
         decoded = unquote(logged)

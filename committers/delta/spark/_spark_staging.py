@@ -177,13 +177,16 @@ class SparkParquetStager:
         directories = [run_directory(epoch), *also_owned]
         write_manifest(self._location, spark_manifest_path(epoch), [], directories=directories)
 
-    def write(self, df: DataFrame, epoch: Epoch) -> tuple[list[StagedFile], int]:
-        """:meth:`stage` once :meth:`write_manifest` has run.
+    def write(
+        self, df: DataFrame, epoch: Epoch, directory: str | None = None
+    ) -> tuple[list[StagedFile], int]:
+        """:meth:`stage` once :meth:`write_manifest` has run; into ``directory`` (relative to
+        the table root; the manifest must name it) instead of the run's directory if given.
 
         Raises:
             RowCountMismatchError: the files found do not hold the rows the job wrote.
         """
-        directory = run_directory(epoch)
+        directory = directory or run_directory(epoch)
         # Spark's writer has no hook inside its tasks: a fault campaign's kill lands while
         # they run, from a timer.
         crash_point("staging", epoch.epoch_id, within_seconds=0.3)

@@ -73,13 +73,23 @@ from deltalake import DeltaTable
 
 from committers.delta.read._source import spell_partition_value
 from committers.delta.spark._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
-from committers.delta.spark._scan import scan_root_path
+from committers.delta.spark._change_data import change_directory
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
     run_directory,
-    spark_uri,
 )
 from committers.delta.spark._upsert_plan import UpsertPlan
+from committers.delta.spark._upsert_stored import (
+    _APPLIES,
+    _DELETE,
+    _FILE,
+    StoredRows,
+    _applies,
+    _key,
+    _LiveFile,
+    _sequence,
+    _stored,
+)
 from committers.delta.spark._upsert_touched import (
     Candidate,
     KeyColumn,
@@ -90,6 +100,9 @@ from committers.delta.spark._upsert_touched import (
     keys_to_drop,
 )
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._change_feed import (
+    writes_change_data,
+)
 from committers.delta.table._delta_schema import arrow_type, quote, spark_type
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import WritePlan
@@ -106,7 +119,6 @@ from framework.errors import (
 from framework.sink import Epoch, InputPlan, PlannedColumn, RowCheck
 from framework.spark.connector import (
     apply_input_plan,
-    parquet_files,
     staging_job_group,
     translate_task_error,
     wait_for_tasks_to_end,
@@ -125,43 +137,13 @@ PRUNE_KEYS_LIMIT = 500_000
 #: Rows per new file while the table has no rows to measure a row's size by.
 NEW_TABLE_ROWS_PER_FILE = 1_000_000
 
-_DELETE = "__sparksink_delete__"
 _RANK = "__sparksink_rank__"
-_FILE = "__sparksink_file__"
-_APPLIES = "__sparksink_applies__"
-_FILLED = "__sparksink_filled__"
 _GLOB_CHARACTERS = frozenset("{}[]*?\\")
 _STRING_BOUND_CHARS = 32  # a longer string bound may have been truncated by its writer
 _TIMESTAMP_SLACK = datetime.timedelta(milliseconds=1)  # writers truncating to milliseconds
 
 
-def _key(index: int) -> str:
-    return f"__sparksink_key_{index}__"
-
-
-def _sequence(index: int) -> str:
-    """A change's ``sequence_by`` value, by position (as :mod:`._upsert_touched` names it)."""
-    return f"__sparksink_sequence_{index}__"
-
-
-def _stored(index: int) -> str:
-    """A stored row's ``sequence_by`` value, by position."""
-    return f"__sparksink_stored_{index}__"
-
-
 # -- one batch (driver-driven Spark work) ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _LiveFile:
-    """A live file of snapshot V, with its ranges per key column (``None``: unknown)."""
-
-    index: int  # row in the snapshot's add actions
-    logged_path: str
-    path: str
-    size: int
-    records: int | None
-    bounds: tuple[tuple[Any, Any] | None, ...]  # per key column; (lo, hi), None if unknown
 
 
 class _BatchKeys:
@@ -204,24 +186,7 @@ class _Stale:
     keys: DataFrame | None = None
 
 
-def _applies(sequence: Sequence[str]) -> Any:
-    """Spark's :func:`~committers.delta.spark._upsert_touched.change_applies` on a join of stored
-    rows (``_stored(i)`` for the table's ``sequence`` columns) with changes (``_sequence(i)``,
-    ``_DELETE``): Spark orders NULL and NaN as that function does. Every change applies
-    without ``sequence``."""
-    from pyspark.sql import functions as F
-
-    if not sequence:
-        return F.lit(True)
-    applies = ~F.col(_DELETE)
-    for i in reversed(range(len(sequence))):
-        new, old = F.col(_sequence(i)), F.col(_stored(i))
-        greater = F.coalesce(new > old, F.lit(True))  # (a NULL stored value: True)
-        applies = greater | (F.coalesce(new == old, F.lit(False)) & applies)
-    return applies
-
-
-class UpsertStager:
+class UpsertStager(StoredRows):
     """Computes one upsert batch in Spark and stages its files (see the module docstring).
 
     Guarantees: the staged files hold exactly the touched files' rows that the batch does not
@@ -600,17 +565,21 @@ class UpsertStager:
             return self._new_rows(session, latest, upserts, stale, touched, actions)
 
         drop = self._keys_to_drop(keys) if touched else None
+        # Change files only when rows are replaced: an insert-only batch's adds say it all.
+        feed = bool(touched) and writes_change_data(self._plan.shape.configuration)
+        owned = (change_directory(epoch),) if feed else ()
         if touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
             self._check_spark_keeps_values(touched, actions)
             kept = self._kept_rows(session, touched, actions, batch_changes())
-            staged, rows = stager.stage(new_rows().union(kept), epoch)
+            stager.write_manifest(epoch, also_owned=owned)
+            staged, rows = stager.write(new_rows().union(kept), epoch)
         elif drop is None:  # no file touched: the new rows only
             staged, rows = stager.stage(new_rows(), epoch)
         else:  # the touched files' kept rows by Python tasks, alongside the new rows by Spark
             assert table is not None and actions is not None
             kept_directory = f"{run_directory(epoch)}-kept"
-            stager.write_manifest(epoch, also_owned=(kept_directory,))
+            stager.write_manifest(epoch, also_owned=(kept_directory, *owned))
             with _in_parallel(
                 lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
             ) as kept_rewrite:  # (the new rows are planned while the tasks run)
@@ -633,8 +602,15 @@ class UpsertStager:
                 )
             metrics["numTargetRowsCopied"] = copied
         metrics["numTargetFilesAdded"] = len(staged)
-        staging = StagedRewrite(staged, rewrite=dataclasses.replace(rewrite, metrics=metrics))
-        return staging, rows
+        rewrite = dataclasses.replace(rewrite, metrics=metrics)
+        if feed:
+            assert actions is not None
+            changed = matched_rows + upserts  # each replaced row, each new row
+            change_files = self._stage_changes(
+                session, touched, actions, batch_changes(), new_rows(), epoch, changed
+            )
+            rewrite = dataclasses.replace(rewrite, change_files=change_files)
+        return StagedRewrite(staged, rewrite=rewrite), rows
 
     def _new_rows(
         self,
@@ -668,100 +644,6 @@ class UpsertStager:
                 max(1, math.ceil(upserts / rows_per_file))
             ),
             self._plan.input_plan,
-        )
-
-    def _with_stored_values(
-        self,
-        session: SparkSession,
-        rows: DataFrame,
-        touched: list[_LiveFile],
-        actions: pa.Table | None,
-    ) -> DataFrame:
-        """``rows`` (changes) with the ``filled`` columns of the stored row of their key, read
-        from the touched files; NULL for a key the table does not hold. A key the table holds
-        twice (a blind append racing an upsert) takes them from its row of the highest
-        sequence (without ``sequence_by``, from one of them)."""
-        from pyspark.sql import functions as F
-
-        upsert = self._upsert
-        fields = {f.name: f for f in self._plan.shape.schema.fields}
-        if not touched:
-            return rows.select(
-                "*",
-                *[
-                    F.lit(None).cast(spark_type(fields[c].type, physical=False)).alias(c)
-                    for c in upsert.filled
-                ],
-            )
-        assert actions is not None
-        partition_by = set(self._plan.shape.partition_by)
-        needed = list(dict.fromkeys([*upsert.table_keys, *upsert.filled, *upsert.table_sequence]))
-        data = [c for c in needed if c not in partition_by]
-        scan, by_key = self._scan(session, touched, data or self._plan.layout.file_schema.names[:1])
-        if len(data) < len(needed):
-            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
-        value = F.struct(*[F.col(quote(c)) for c in upsert.filled])
-        one = (
-            F.max_by(value, F.struct(*[F.col(quote(c)) for c in upsert.table_sequence]))
-            if upsert.table_sequence
-            else F.any_value(value)
-        )
-        names = [_key(i) for i in range(len(upsert.keys))]
-        stored = (
-            scan.groupBy(
-                *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(upsert.table_keys)]
-            )
-            .agg(one.alias(_FILLED))
-            .select(*names, *[F.col(_FILLED).getField(c).alias(c) for c in upsert.filled])
-        )
-        return rows.join(stored, on=names, how="left")
-
-    def _file_column(self, session: SparkSession, scan: DataFrame) -> Any:
-        """The decoded path of each scanned row's file (as compaction spells it: a URI's path,
-        decoded, a literal ``+`` kept)."""
-        from pyspark.sql import functions as F
-
-        file_path = scan.metadataColumn("_metadata").getField("file_path")
-        encoded = F.parse_url(file_path, F.lit("PATH"))
-        return F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
-
-    def _scan(
-        self, session: SparkSession, files: list[_LiveFile], columns: list[str]
-    ) -> tuple[DataFrame, dict[str, _LiveFile]]:
-        """The rows of ``files`` (``columns`` of their data, typed as the table) with the
-        decoded path of their file in ``_FILE``; and the files by that path."""
-        from pyspark.sql import functions as F
-
-        root = spark_uri(self._location.uri.rstrip("/"))
-        root_path = scan_root_path(session, root)
-        fields = {f.name: f for f in self._plan.shape.schema.fields}
-        ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
-        scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
-        scan = scan.select(
-            *[F.col(quote(c)) for c in columns], self._file_column(session, scan).alias(_FILE)
-        )
-        return scan, {f"{root_path}/{f.path}": f for f in files}
-
-    def _partitions(
-        self, session: SparkSession, by_key: dict[str, _LiveFile], actions: pa.Table
-    ) -> DataFrame:
-        """``_FILE`` and the typed partition values of each file of ``by_key``."""
-        from pyspark.sql import functions as F
-
-        partition_by = list(self._plan.shape.partition_by)
-        rows = actions.take([f.index for f in by_key.values()])
-        struct = rows.column("partition").combine_chunks()
-        table = pa.table(
-            [pa.array(list(by_key), pa.string())] + [struct.field(c) for c in partition_by],
-            names=[_FILE, *partition_by],
-        )
-        fields = {f.name: f for f in self._plan.shape.schema.fields}
-        return F.broadcast(session.createDataFrame(table)).select(
-            F.col(_FILE),
-            *[
-                F.col(quote(c)).cast(spark_type(fields[c].type, physical=False)).alias(c)
-                for c in partition_by
-            ],
         )
 
     def _touched(
@@ -938,43 +820,6 @@ class UpsertStager:
             directory,
             operation="the upsert",
             row_filter=drop,
-        )
-
-    def _kept_rows(
-        self,
-        session: SparkSession,
-        touched: list[_LiveFile],
-        actions: pa.Table,
-        changes: DataFrame,
-    ) -> DataFrame:
-        """The touched files' rows that the batch's ``changes`` do not replace (their key is
-        not the batch's, or its change is stale), shaped as the table's rules shape written
-        rows (partition values spelled, no checks: they are the table's)."""
-        from pyspark.sql import functions as F
-
-        shape = self._plan.shape
-        sequence = self._upsert.table_sequence
-        data_columns = list(self._plan.layout.file_schema.names)
-        scan, by_key = self._scan(session, touched, data_columns)
-        if shape.partition_by:
-            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
-        names = [_key(i) for i in range(len(self._upsert.table_keys))]
-        rows = scan.select(
-            *[F.col(quote(f.name)) for f in shape.schema.fields],
-            *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
-            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(sequence)],
-        )
-        if sequence:
-            joined = rows.join(changes, on=names, how="left")
-            kept = joined.where(F.col(_DELETE).isNull() | ~_applies(sequence))
-        else:
-            kept = rows.join(changes.select(*names), on=names, how="left_anti")
-        identity = tuple(
-            PlannedColumn(name=f.name, expression=quote(f.name)) for f in shape.schema.fields
-        )
-        return apply_input_plan(
-            kept.select(*[F.col(quote(f.name)) for f in shape.schema.fields]),
-            InputPlan(columns=identity, checks=(), output=self._plan.input_plan.output),
         )
 
 

@@ -34,7 +34,6 @@ _KEY_TYPES = frozenset(
     {"byte", "short", "integer", "long", "string", "binary", "boolean", "date", "timestamp"}
     | {"timestamp_ntz"}
 )
-CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 APPEND_ONLY = "delta.appendOnly"
 
 
@@ -213,8 +212,7 @@ def check_upsert_table(
 
     Raises:
         UnsupportedTypeError: a key column of a type the upsert does not match on.
-        UnsupportedTableFeatureError: column mapping, deletion vectors, an append-only table or
-            one with the change data feed enabled.
+        UnsupportedTableFeatureError: column mapping, deletion vectors, an append-only table.
         ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
     """
     shape = plan.shape
@@ -234,11 +232,6 @@ def check_upsert_table(
         )
     elif configuration.get(APPEND_ONLY, "false").lower() == "true":
         problem = f"it is append-only ({APPEND_ONLY}=true): its rows may not be changed"
-    elif configuration.get(CHANGE_DATA_FEED, "false").lower() == "true":
-        problem = (
-            f"it has the change data feed enabled ({CHANGE_DATA_FEED}=true), which needs change "
-            "files for updates and deletes that this sink does not write"
-        )
     if problem:
         raise UnsupportedTableFeatureError(
             f"mode='upsert' cannot write {table_uri}: {problem}. Nothing was written. Use "

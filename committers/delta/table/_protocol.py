@@ -41,7 +41,9 @@ ENFORCED_FEATURES = {
     "checkConstraints": "checked on every row in the Spark tasks",
     "generatedColumns": "computed when absent, checked when given",
     "columnMapping": "files, stats and partition values use physical names and field ids",
-    "changeDataFeed": "appends need no change files (their adds are the change data)",
+    "changeDataFeed": "rewrites of files (upserts, replace_where on data columns) commit "
+    "change files with their data; appends and whole-file overwrites need none (their adds "
+    "and removes are the change data)",
     "identityColumns": "appends generate values beyond each column's high-water mark and "
     "advance it in their commit; operations that remove rows are refused",
     "deletionVectors": "appends add no deletion vectors",

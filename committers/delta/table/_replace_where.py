@@ -530,8 +530,8 @@ def with_replace_where(
         SchemaMismatchError, ConfigurationError: see :meth:`ReplaceWhere.bind`; also for a
             table with column mapping (its files and partition values use physical names).
         UnsupportedTableFeatureError: a predicate on data columns (which rewrites files) on a
-            table with deletion vectors or the change data feed (an append-only table is
-            refused for every overwrite, by ``check_replaceable``).
+            table with deletion vectors (an append-only table is refused for every overwrite,
+            by ``check_replaceable``).
     """
     if plan.shape.column_mapping:
         raise ConfigurationError(
@@ -554,18 +554,8 @@ def with_replace_where(
     return dataclasses.replace(plan, input_plan=inputs), bound
 
 
-#: Table properties under which rewriting part of a file would be wrong.
-_NOT_REWRITABLE = {
-    "delta.enableChangeDataFeed": "the change data feed is enabled, which needs change files "
-    "for the rows a rewrite deletes; this sink does not write them",
-}
-
-
 def _check_rewritable(shape: TableShape, where: ReplaceWhere, table_uri: str) -> None:
-    configuration = {key: value.lower() for key, value in shape.configuration}
-    problem = next(
-        (why for key, why in _NOT_REWRITABLE.items() if configuration.get(key) == "true"), None
-    )
+    problem = None
     if "deletionVectors" in shape.features:
         problem = (
             "it uses deletion vectors (the rewrite reads the Parquet files directly and would "

@@ -20,6 +20,7 @@ from deltalake.exceptions import DeltaError
 
 from committers.delta.storage._staging import STAGING_DIR, read_manifest
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
+from committers.delta.table._change_feed import CHANGE_DATA_DIR
 from framework.errors import (
     ConfigurationError,
     DestinationError,
@@ -251,21 +252,24 @@ def _relative(path: str, location: TableLocation) -> str:
 
 
 def added_paths(location: TableLocation, version: int) -> set[str]:
-    """Paths (relative, decoded) of the files added by commit ``version``."""
+    """Paths (relative, decoded) of the files added by commit ``version``: its data files
+    and its change files (``cdc`` actions)."""
     fs = location.filesystem()
     with fs.open(location.path(f"_delta_log/{version:020d}.json"), "rb") as src:
         lines = src.read().decode().splitlines()
     paths = set()
     for line in lines:
         action = json.loads(line) if line.strip() else {}
-        if "add" in action:
-            paths.add(_relative(action["add"]["path"], location))
+        for kind in ("add", "cdc"):
+            if kind in action:
+                paths.add(_relative(action[kind]["path"], location))
     return paths
 
 
 def _file_actions(location: TableLocation) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``("add" | "remove", action)`` for every file action in the commits and checkpoints
-    still in the log (the ones any reconstructable version is made of)."""
+    """``("add" | "remove" | "cdc", action)`` for every file action in the commits and
+    checkpoints still in the log (the ones any reconstructable version is made of; change
+    files are in commits only: checkpoints never carry ``cdc`` actions)."""
     fs = location.filesystem()
     # refresh: a cached listing (s3fs keeps one per process) would miss the newest commits
     for entry in fs.ls(location.path("_delta_log"), detail=False, refresh=True):
@@ -274,7 +278,7 @@ def _file_actions(location: TableLocation) -> Iterator[tuple[str, dict[str, Any]
             with fs.open(entry, "rb") as src:
                 for line in src.read().decode().splitlines():
                     action: dict[str, Any] = json.loads(line) if line.strip() else {}
-                    for kind in ("add", "remove"):
+                    for kind in ("add", "remove", "cdc"):
                         if kind in action:
                             yield kind, action[kind]
         elif ".checkpoint" in name and name.endswith(".parquet"):
@@ -337,11 +341,12 @@ def is_data_file_candidate(relative: str, partition_by: Sequence[str] = ()) -> b
     as data: a Parquet file outside the log and the other hidden (``_``/``.``) directories of
     the table root. As in delta-spark's VACUUM, a directory of a partition column
     (``<column>=...``, of ``partition_by``) is never hidden, whatever its name starts with:
-    the files under ``_2=a/`` of a table partitioned by ``_2`` are data."""
+    the files under ``_2=a/`` of a table partitioned by ``_2`` are data; nor is
+    ``_change_data/``, whose change files are the table's too."""
     if not relative.endswith(".parquet"):
         return False
     top, _, below = relative.partition("/")
-    if not top.startswith((".", "_")):
+    if not top.startswith((".", "_")) or (top == CHANGE_DATA_DIR and below):
         return True
     column, is_partition_directory, _ = top.partition("=")
     return bool(below and is_partition_directory) and unquote(column) in partition_by

@@ -86,6 +86,9 @@ class Rewrite:
         unchanged: logged paths of live files an overwrite's ``replace_where`` read and found
             without a matching row (kept as they are): with ``replaced``, every file the
             commit may leave in place although it may hold matching rows.
+        change_files: the change data files (``_change_data/...``, rows with a
+            ``_change_type``) of a table with the change data feed on: logged by ``cdc``
+            actions in the same commit, which then holds every change of the rewrite.
     """
 
     read_version: int | None
@@ -93,6 +96,7 @@ class Rewrite:
     metrics: Mapping[str, int] = field(default_factory=dict)
     keys: tuple[str, ...] = ()
     unchanged: tuple[str, ...] = ()
+    change_files: tuple[StagedFile, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

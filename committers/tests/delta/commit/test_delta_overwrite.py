@@ -721,7 +721,6 @@ def test_a_concurrent_append_of_matching_rows_is_read_again_once_then_fails(
 @pytest.mark.parametrize(
     ("configuration", "problem"),
     [
-        ({"delta.enableChangeDataFeed": "true"}, "the change data feed is enabled"),
         ({"delta.appendOnly": "true"}, "it is append-only"),
         ({"delta.enableDeletionVectors": "true"}, "it uses deletion vectors"),
     ],

@@ -8,8 +8,6 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import unquote
@@ -29,10 +27,8 @@ from committers.tests._delta_helpers import (
     staging_leftovers,
 )
 from committers.tests._readers import duckdb_rows
-from committers.tests._spark_helpers import forget_newest_commit
-from committers.tests._upsert_driver import APP_ID, run_cdc_stream, write_changes
+from committers.tests._upsert_driver import APP_ID, run_cdc_stream, run_then_kill_a_replay
 from framework import TwoPhaseSink
-from framework._crash import CRASH_VARIABLE
 from framework.errors import (
     ConfigurationError,
     ConstraintViolationError,
@@ -44,7 +40,6 @@ from framework.errors import (
 
 pytestmark = [pytest.mark.spark]
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
 CHANGES = "id long, name string, ts long, op string"
 
 
@@ -175,37 +170,11 @@ def test_a_cdc_stream_replayed_and_killed_before_a_commit_ends_exact(spark, tmp_
     after staging batch 2, before its commit. Restarted here, batch 2 is staged again and
     committed once."""
     source, table, checkpoint = tmp_path / "changes", str(tmp_path / "t"), tmp_path / "chk"
-    go, out, err = tmp_path / "go", tmp_path / "driver.out", tmp_path / "driver.err"
-    driver = [sys.executable, "-m", "committers.tests._upsert_driver"]
-    with out.open("w") as stdout_file, err.open("w") as stderr_file:
-        process = subprocess.Popen(  # starts Spark now, runs the stream once `go` exists
-            [*driver, str(source), table, str(checkpoint), str(go)],
-            cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), CRASH_VARIABLE: "before_commit@2"},
-            stdout=stdout_file,
-            stderr=stderr_file,
-            start_new_session=True,  # the crash kills its own process group, not pytest's
-        )
-    try:
-        for index in (0, 1):
-            write_changes(source, index, CDC_BATCHES[index])
-        first = run_cdc_stream(spark, str(source), table, str(checkpoint))
-        assert [(b.batch_id, b.status) for b in first.batches] == [
-            (0, "committed"),
-            (1, "committed"),
-        ]
-        assert forget_newest_commit(checkpoint) == 1
-        write_changes(source, 2, CDC_BATCHES[2])
-        go.touch()
-        process.wait(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    stdout, stderr = out.read_text(), err.read_text()
-    assert process.returncode == -signal.SIGKILL, stderr[-3000:]
-    assert "batch=1 epoch=1 app_id=cdc status=skipped" in stderr
-    assert "CRASH AT before_commit epoch=2" in stdout
+    killed = run_then_kill_a_replay(spark, source, table, checkpoint, CDC_BATCHES)
+    assert killed.first_batches == [(0, "committed"), (1, "committed")]
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "batch=1 epoch=1 app_id=cdc status=skipped" in killed.stderr
+    assert "CRASH AT before_commit epoch=2" in killed.stdout
     assert DeltaTable(table).transaction_version(APP_ID) == 1  # batch 2 staged, not committed
     assert staging_leftovers(table)  # its manifest names what it staged
 
@@ -482,15 +451,14 @@ def test_inputs_an_upsert_cannot_apply_are_refused_before_anything_runs(spark, t
     ("configuration", "message"),
     [
         ({"delta.appendOnly": "true"}, "it is append-only"),
-        ({"delta.enableChangeDataFeed": "true"}, "it has the change data feed enabled"),
         ({"delta.enableDeletionVectors": "true"}, "it uses deletion vectors"),
     ],
 )
 def test_tables_whose_features_an_upsert_would_break_are_refused(
     spark, tmp_path, configuration, message
 ) -> None:
-    """Made by delta-rs, not by the sink: a rewrite would break append-only, leave the change
-    feed without the changes, or ignore rows deleted by deletion vectors."""
+    """Made by delta-rs, not by the sink: a rewrite would break append-only, or ignore rows
+    deleted by deletion vectors."""
     uri = str(tmp_path / "table")
     DeltaTable.create(
         uri,
@@ -882,7 +850,7 @@ def test_a_change_older_than_the_stored_row_is_not_applied(
 def test_spark_and_pyarrow_order_a_change_against_the_stored_row_alike(spark) -> None:
     """The rule of test_upsert_touched.py's cases, evaluated by Spark (the kept rows of
     ``staging="spark"`` and of large batches, the Spark join's count)."""
-    from committers.delta.spark._upsert import _DELETE, _applies, _sequence, _stored
+    from committers.delta.spark._upsert_stored import _DELETE, _applies, _sequence, _stored
     from committers.tests.delta.spark.test_upsert_touched import APPLIES_CASES, APPLIES_NAN_CASES
 
     for cases, kind in ((APPLIES_CASES, "long"), (APPLIES_NAN_CASES, "double")):

@@ -383,8 +383,9 @@ def test_deletion_vectors(delta_spark, tmp_path):
 
 def test_change_data_feed(delta_spark, tmp_path):
     """On a table with the change data feed on, delta-spark's feed shows the sink's append as
-    inserts, its overwrite as deletes and inserts, and nothing of its compaction; the upsert,
-    whose updates would need change files, refuses the table."""
+    inserts, its upsert's update as a pre- and a post-image (from its change files), its
+    overwrite as deletes and inserts, and nothing of its compaction (test_interop_cdf_write.py
+    covers every operation)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _id_v_table(
@@ -395,8 +396,7 @@ def test_change_data_feed(delta_spark, tmp_path):
     )
     appended = _append(uri, spark.createDataFrame([(2, 2)], ROWS)).version
     _append(uri, spark.createDataFrame([(3, 3)], ROWS))
-    with pytest.raises(UnsupportedTableFeatureError, match="change data feed"):
-        _upsert(uri, spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING"))
+    upserted = _upsert(uri, spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING")).version
     compacted = DeltaSink(uri).compact(spark).version
     overwritten = _overwrite(uri, spark.createDataFrame([(4, 4)], ROWS)).version
     assert assert_all_read(spark, uri) == [{"id": 4, "v": 4}]
@@ -413,6 +413,8 @@ def test_change_data_feed(delta_spark, tmp_path):
         [
             (2, "insert", appended),
             (3, "insert", appended + 1),
+            (1, "update_preimage", upserted),
+            (1, "update_postimage", upserted),
             *[(i, "delete", overwritten) for i in (1, 2, 3)],
             (4, "insert", overwritten),
         ]

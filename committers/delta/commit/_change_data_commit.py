@@ -1,0 +1,145 @@
+"""The commit of a rewrite that carries change files (``cdc`` actions), written by the sink.
+
+delta-rs 1.6's ``create_write_transaction`` takes add and remove actions only, so a commit
+that must hold ``cdc`` actions in the same log entry as its removes and adds (PROTOCOL.md,
+"Add CDC File": a reader of such a commit takes its changes from them alone) is written here,
+through the log writer's put-if-absent (:class:`~committers.delta.commit._log_append.LogStore`):
+the commit delta-rs would write for the same removes, adds and txn (its ``WRITE`` commitInfo
+with our keys, :func:`~committers.delta.commit._log_append.commit_lines`), plus one ``cdc``
+action per change file. It lands at exactly the version after the snapshot it was computed on,
+as every rewrite's commit does (delta-rs's ``max_commit_retries=0``): if another writer took
+that version, nothing is written and ``CommitFailedError`` is raised, which the commit
+sequence reconciles and retries on a fresh snapshot like delta-rs's own refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError
+
+from committers.delta.commit._log_append import LogStore, commit_lines
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._schema import serialize_partition_value
+from committers.delta.table._table import delta_rs_path
+from committers.delta.write._committable import StagedFile
+
+__all__ = ["LoggedRemove", "add_entry", "live_removes", "write_commit_with_changes"]
+
+
+@dataclass(frozen=True)
+class LoggedRemove:
+    """A live file the commit removes, as the log spells it (``logged_path``, URL-encoded),
+    with its size and partition values (so change readers can read its rows)."""
+
+    logged_path: str
+    size: int
+    partition_values: Mapping[str, str | None]
+
+
+def add_entry(staged: StagedFile) -> dict[str, Any]:
+    """The add action of ``staged`` for :func:`~committers.delta.commit._log_append.commit_lines`,
+    with what :func:`~committers.delta.commit._sequence.add_action` gives delta-rs."""
+    return {
+        "path": staged.path,
+        "partitionValues": dict(staged.partition_values),
+        "size": staged.size,
+        "modificationTime": staged.modification_time,
+        "dataChange": True,
+        "stats": staged.stats,
+    }
+
+
+def live_removes(table: DeltaTable, logged_paths: Sequence[str]) -> list[LoggedRemove]:
+    """:class:`LoggedRemove` of each of ``logged_paths``, live files of ``table``'s snapshot
+    (their sizes and partition values as its add actions log them)."""
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    by_path = {a["path"]: a for a in actions}
+    partition_by = table.metadata().partition_columns
+    return [
+        LoggedRemove(
+            logged_path=path,
+            size=int(by_path[path]["size_bytes"]),
+            partition_values={
+                c: serialize_partition_value(by_path[path].get(f"partition.{c}"))
+                for c in partition_by
+            },
+        )
+        for path in logged_paths
+    ]
+
+
+def write_commit_with_changes(
+    location: TableLocation,
+    table: DeltaTable,
+    *,
+    adds: Sequence[StagedFile],
+    removes: Sequence[LoggedRemove],
+    change_files: Sequence[StagedFile],
+    properties: CommitProperties,
+    partition_by: Sequence[str],
+) -> int:
+    """Commit ``removes``, ``adds``, the ``cdc`` actions of ``change_files`` and the txn and
+    commitInfo of ``properties`` as version ``table.version() + 1``; that version.
+
+    Raises:
+        UnsupportedTableFeatureError: the table's storage is neither local nor S3 (the only
+            stores the log writer can commit to); nothing was written.
+        CommitFailedError: another commit took that version; nothing was written.
+        OSError: the outcome is unknown (the caller reconciles by the txn or the run id).
+    """
+    if not LogStore.supports(location):
+        raise UnsupportedTableFeatureError(
+            f"cannot commit the rewrite of {location.uri}: its change data feed is on, and the "
+            "commit must carry cdc actions, which delta-rs cannot commit and the sink's own "
+            "log writer writes only to local and S3 tables. Nothing was committed."
+        )
+    version = table.version() + 1
+    now = int(time.time() * 1000)
+    transactions = properties.app_transactions or []
+    txn = (transactions[0].app_id, transactions[0].version) if transactions else None
+    data = commit_lines(
+        [add_entry(f) for f in adds],
+        txn=txn,
+        custom_metadata=properties.custom_metadata or {},
+        partition_by=partition_by,
+        now_ms=now,
+    )
+    lines = [
+        {
+            "remove": {
+                "path": r.logged_path,
+                "dataChange": True,
+                "deletionTimestamp": now,
+                "extendedFileMetadata": True,
+                "partitionValues": dict(r.partition_values),
+                "size": r.size,
+            }
+        }
+        for r in removes
+    ] + [
+        {
+            "cdc": {
+                "path": delta_rs_path(f.path),
+                "partitionValues": dict(f.partition_values),
+                "size": f.size,
+                "dataChange": False,
+            }
+        }
+        for f in change_files
+    ]
+    data += "".join(
+        json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines
+    ).encode()
+    if not LogStore(location).put_if_absent(f"{version:020d}.json", data):
+        raise CommitFailedError(
+            f"version {version} of {location.uri} was committed by another writer first"
+        )
+    return version

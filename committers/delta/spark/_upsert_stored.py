@@ -1,0 +1,293 @@
+"""The stored rows an upsert reads from the files it touches (moved out of ``_upsert``): the
+columns ``partial_updates`` keeps, the rows a rewrite keeps, and the rows its changes replace,
+for the change files of a table with the change data feed on. Mixed into
+:class:`~committers.delta.spark._upsert.UpsertStager`, with the positional column names and
+helpers both use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from committers.delta.spark._change_data import stage_changes
+from committers.delta.spark._scan import scan_root_path
+from committers.delta.spark._spark_staging import spark_uri
+from committers.delta.spark._upsert_plan import UpsertPlan
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._change_feed import (
+    CHANGE_TYPE,
+    DELETE,
+    INSERT,
+    UPDATE_POSTIMAGE,
+    UPDATE_PREIMAGE,
+)
+from committers.delta.table._delta_schema import quote, spark_type
+from committers.delta.table._rules import WritePlan
+from committers.delta.write._committable import StagedFile
+from committers.delta.write._options import WriterOptions
+from framework.sink import Epoch, InputPlan, PlannedColumn
+from framework.spark.connector import apply_input_plan, parquet_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["StoredRows"]
+
+_DELETE = "__sparksink_delete__"
+_FILE = "__sparksink_file__"
+_APPLIES = "__sparksink_applies__"
+_FILLED = "__sparksink_filled__"
+
+
+def _key(index: int) -> str:
+    return f"__sparksink_key_{index}__"
+
+
+def _sequence(index: int) -> str:
+    """A change's ``sequence_by`` value, by position (as :mod:`._upsert_touched` names it)."""
+    return f"__sparksink_sequence_{index}__"
+
+
+def _stored(index: int) -> str:
+    """A stored row's ``sequence_by`` value, by position."""
+    return f"__sparksink_stored_{index}__"
+
+
+@dataclass(frozen=True)
+class _LiveFile:
+    """A live file of snapshot V, with its ranges per key column (``None``: unknown)."""
+
+    index: int  # row in the snapshot's add actions
+    logged_path: str
+    path: str
+    size: int
+    records: int | None
+    bounds: tuple[tuple[Any, Any] | None, ...]  # per key column; (lo, hi), None if unknown
+
+
+def _applies(sequence: Sequence[str]) -> Any:
+    """Spark's :func:`~committers.delta.spark._upsert_touched.change_applies` on a join of stored
+    rows (``_stored(i)`` for the table's ``sequence`` columns) with changes (``_sequence(i)``,
+    ``_DELETE``): Spark orders NULL and NaN as that function does. Every change applies
+    without ``sequence``."""
+    from pyspark.sql import functions as F
+
+    if not sequence:
+        return F.lit(True)
+    applies = ~F.col(_DELETE)
+    for i in reversed(range(len(sequence))):
+        new, old = F.col(_sequence(i)), F.col(_stored(i))
+        greater = F.coalesce(new > old, F.lit(True))  # (a NULL stored value: True)
+        applies = greater | (F.coalesce(new == old, F.lit(False)) & applies)
+    return applies
+
+
+class StoredRows:
+    """Reads of the touched files' stored rows, mixed into
+    :class:`~committers.delta.spark._upsert.UpsertStager` (which defines these attributes)."""
+
+    _location: TableLocation
+    _plan: WritePlan
+    _upsert: UpsertPlan
+    _options: WriterOptions
+
+    def _with_stored_values(
+        self,
+        session: SparkSession,
+        rows: DataFrame,
+        touched: list[_LiveFile],
+        actions: pa.Table | None,
+    ) -> DataFrame:
+        """``rows`` (changes) with the ``filled`` columns of the stored row of their key, read
+        from the touched files; NULL for a key the table does not hold. A key the table holds
+        twice (a blind append racing an upsert) takes them from its row of the highest
+        sequence (without ``sequence_by``, from one of them)."""
+        from pyspark.sql import functions as F
+
+        upsert = self._upsert
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        if not touched:
+            return rows.select(
+                "*",
+                *[
+                    F.lit(None).cast(spark_type(fields[c].type, physical=False)).alias(c)
+                    for c in upsert.filled
+                ],
+            )
+        assert actions is not None
+        partition_by = set(self._plan.shape.partition_by)
+        needed = list(dict.fromkeys([*upsert.table_keys, *upsert.filled, *upsert.table_sequence]))
+        data = [c for c in needed if c not in partition_by]
+        scan, by_key = self._scan(session, touched, data or self._plan.layout.file_schema.names[:1])
+        if len(data) < len(needed):
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        value = F.struct(*[F.col(quote(c)) for c in upsert.filled])
+        one = (
+            F.max_by(value, F.struct(*[F.col(quote(c)) for c in upsert.table_sequence]))
+            if upsert.table_sequence
+            else F.any_value(value)
+        )
+        names = [_key(i) for i in range(len(upsert.keys))]
+        stored = (
+            scan.groupBy(
+                *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(upsert.table_keys)]
+            )
+            .agg(one.alias(_FILLED))
+            .select(*names, *[F.col(_FILLED).getField(c).alias(c) for c in upsert.filled])
+        )
+        return rows.join(stored, on=names, how="left")
+
+    def _file_column(self, session: SparkSession, scan: DataFrame) -> Any:
+        """The decoded path of each scanned row's file (as compaction spells it: a URI's path,
+        decoded, a literal ``+`` kept)."""
+        from pyspark.sql import functions as F
+
+        file_path = scan.metadataColumn("_metadata").getField("file_path")
+        encoded = F.parse_url(file_path, F.lit("PATH"))
+        return F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
+
+    def _scan(
+        self, session: SparkSession, files: list[_LiveFile], columns: list[str]
+    ) -> tuple[DataFrame, dict[str, _LiveFile]]:
+        """The rows of ``files`` (``columns`` of their data, typed as the table) with the
+        decoded path of their file in ``_FILE``; and the files by that path."""
+        from pyspark.sql import functions as F
+
+        root = spark_uri(self._location.uri.rstrip("/"))
+        root_path = scan_root_path(session, root)
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
+        scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
+        scan = scan.select(
+            *[F.col(quote(c)) for c in columns], self._file_column(session, scan).alias(_FILE)
+        )
+        return scan, {f"{root_path}/{f.path}": f for f in files}
+
+    def _partitions(
+        self, session: SparkSession, by_key: dict[str, _LiveFile], actions: pa.Table
+    ) -> DataFrame:
+        """``_FILE`` and the typed partition values of each file of ``by_key``."""
+        from pyspark.sql import functions as F
+
+        partition_by = list(self._plan.shape.partition_by)
+        rows = actions.take([f.index for f in by_key.values()])
+        struct = rows.column("partition").combine_chunks()
+        table = pa.table(
+            [pa.array(list(by_key), pa.string())] + [struct.field(c) for c in partition_by],
+            names=[_FILE, *partition_by],
+        )
+        fields = {f.name: f for f in self._plan.shape.schema.fields}
+        return F.broadcast(session.createDataFrame(table)).select(
+            F.col(_FILE),
+            *[
+                F.col(quote(c)).cast(spark_type(fields[c].type, physical=False)).alias(c)
+                for c in partition_by
+            ],
+        )
+
+    def _kept_rows(
+        self,
+        session: SparkSession,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        changes: DataFrame,
+    ) -> DataFrame:
+        """The touched files' rows that the batch's ``changes`` do not replace (their key is
+        not the batch's, or its change is stale), shaped as the table's rules shape written
+        rows (partition values spelled, no checks: they are the table's)."""
+        from pyspark.sql import functions as F
+
+        rows = self._stored_rows(session, touched, actions)
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        sequence = self._upsert.table_sequence
+        if sequence:
+            joined = rows.join(changes, on=names, how="left")
+            kept = joined.where(F.col(_DELETE).isNull() | ~_applies(sequence))
+        else:
+            kept = rows.join(changes.select(*names), on=names, how="left_anti")
+        return self._shaped(kept)
+
+    def _stored_rows(
+        self, session: SparkSession, touched: list[_LiveFile], actions: pa.Table
+    ) -> DataFrame:
+        """The touched files' rows (the table's columns), with their keys in positional
+        names and their ``sequence_by`` values as ``_stored(i)``."""
+        from pyspark.sql import functions as F
+
+        shape = self._plan.shape
+        data_columns = list(self._plan.layout.file_schema.names)
+        scan, by_key = self._scan(session, touched, data_columns)
+        if shape.partition_by:
+            scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        return scan.select(
+            *[F.col(quote(f.name)) for f in shape.schema.fields],
+            *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
+            *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(self._upsert.table_sequence)],
+        )
+
+    def _shaped(self, rows: DataFrame, *extra: str) -> DataFrame:
+        """The table's rows ``rows`` shaped as the table's rules shape written rows (partition
+        values spelled, no checks: they are the table's), with the ``extra`` columns after."""
+        from pyspark.sql import functions as F
+
+        fields = self._plan.shape.schema.fields
+        identity = tuple(PlannedColumn(name=f.name, expression=quote(f.name)) for f in fields)
+        passed = tuple(PlannedColumn(name=c, expression=quote(c)) for c in extra)
+        return apply_input_plan(
+            rows.select(*[F.col(quote(f.name)) for f in fields], *map(quote, extra)),
+            InputPlan(
+                columns=(*identity, *passed),
+                checks=(),
+                output=(*self._plan.input_plan.output, *passed),
+            ),
+        )
+
+    def _stage_changes(
+        self,
+        session: SparkSession,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        changes: DataFrame,
+        new_rows: DataFrame,
+        epoch: Epoch,
+        expected_rows: int,
+    ) -> tuple[StagedFile, ...]:
+        """The batch's change files (see :mod:`committers.delta.spark._change_data`): the
+        stored rows its applied changes replace, as ``delete`` (a delete) or
+        ``update_preimage``, and its new rows, as ``update_postimage`` (their key held a row
+        the batch replaced) or ``insert``. As delta-spark's MERGE, an update is reported even
+        when it changes no value; a stale change, or a delete of an absent key, is none."""
+        from pyspark.sql import functions as F
+
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        joined = self._stored_rows(session, touched, actions).join(changes, on=names)
+        replaced = joined.where(_applies(self._upsert.table_sequence)).withColumn(
+            CHANGE_TYPE, F.when(F.col(_DELETE), F.lit(DELETE)).otherwise(F.lit(UPDATE_PREIMAGE))
+        )
+        before = self._shaped(replaced, CHANGE_TYPE)
+        keys = list(self._upsert.table_keys)
+        updated = (
+            before.where(F.col(CHANGE_TYPE) == UPDATE_PREIMAGE)
+            .select(*map(quote, keys))
+            .distinct()
+            .withColumn(_APPLIES, F.lit(True))
+        )
+        after = new_rows.join(updated, on=keys, how="left").select(
+            *[F.col(quote(c)) for c in new_rows.columns],
+            F.when(F.col(_APPLIES), F.lit(UPDATE_POSTIMAGE))
+            .otherwise(F.lit(INSERT))
+            .alias(CHANGE_TYPE),
+        )
+        return stage_changes(
+            self._location,
+            self._plan.layout,
+            self._options,
+            before.unionByName(after),
+            epoch,
+            expected_rows=expected_rows,
+            what=f"the upsert into {self._location.uri}",
+        )
