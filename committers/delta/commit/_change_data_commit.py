@@ -3,7 +3,8 @@
 delta-rs 1.6's ``create_write_transaction`` takes add and remove actions only, so a commit
 that must hold ``cdc`` actions in the same log entry as its removes and adds (PROTOCOL.md,
 "Add CDC File": a reader of such a commit takes its changes from them alone) is written here,
-through the log writer's put-if-absent (:class:`~committers.delta.commit._log_append.LogStore`):
+through the one writer of such rewrites
+(:func:`~committers.delta.commit._log_rewrite.put_log_commit`):
 the commit delta-rs would write for the same removes, adds and txn (its ``WRITE`` commitInfo
 with our keys, :func:`~committers.delta.commit._log_append.commit_lines`), plus one ``cdc``
 action per change file. It lands at exactly the version after the snapshot it was computed on,
@@ -14,7 +15,6 @@ sequence reconciles and retries on a fresh snapshot like delta-rs's own refusal.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,9 +22,9 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError
 
-from committers.delta.commit._log_append import LogStore, commit_lines
+from committers.delta.commit._log_append import LogStore
+from committers.delta.commit._log_rewrite import put_log_commit
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._schema import serialize_partition_value
@@ -103,43 +103,34 @@ def write_commit_with_changes(
         )
     version = table.version() + 1
     now = int(time.time() * 1000)
-    transactions = properties.app_transactions or []
-    txn = (transactions[0].app_id, transactions[0].version) if transactions else None
-    data = commit_lines(
-        [add_entry(f) for f in adds],
-        txn=txn,
-        custom_metadata=properties.custom_metadata or {},
-        partition_by=partition_by,
-        now_ms=now,
-    )
-    lines = [
+    removes_entries = [
         {
-            "remove": {
-                "path": r.logged_path,
-                "dataChange": True,
-                "deletionTimestamp": now,
-                "extendedFileMetadata": True,
-                "partitionValues": dict(r.partition_values),
-                "size": r.size,
-            }
+            "path": r.logged_path,
+            "dataChange": True,
+            "deletionTimestamp": now,
+            "extendedFileMetadata": True,
+            "partitionValues": dict(r.partition_values),
+            "size": r.size,
         }
         for r in removes
-    ] + [
+    ]
+    cdc = [
         {
-            "cdc": {
-                "path": delta_rs_path(f.path),
-                "partitionValues": dict(f.partition_values),
-                "size": f.size,
-                "dataChange": False,
-            }
+            "path": delta_rs_path(f.path),
+            "partitionValues": dict(f.partition_values),
+            "size": f.size,
+            "dataChange": False,
         }
         for f in change_files
     ]
-    data += "".join(
-        json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines
-    ).encode()
-    if not LogStore(location).put_if_absent(f"{version:020d}.json", data):
-        raise CommitFailedError(
-            f"version {version} of {location.uri} was committed by another writer first"
-        )
+    put_log_commit(
+        location,
+        version,
+        adds=[add_entry(f) for f in adds],
+        removes=removes_entries,
+        cdc=cdc,
+        properties=properties,
+        partition_by=partition_by,
+        now_ms=now,
+    )
     return version

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from committers.delta.commit._log_append import LogStore, commit_lines
+from committers.delta.commit._log_append import LogStore, _json_line, commit_lines
 from committers.delta.commit._log_maintenance import DEFAULT_CHECKPOINT_INTERVAL
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._table import delta_rs_path
 
-__all__ = ["needs_log_rewrite", "write_log_rewrite"]
+__all__ = ["needs_log_rewrite", "put_log_commit", "write_log_rewrite"]
 
 
 def needs_log_rewrite(
@@ -85,21 +86,15 @@ def write_log_rewrite(
         for a in actions
         if isinstance(a, AddAction)
     ]
-    txns = commit_properties.app_transactions or []
-    if len(txns) > 1:
-        raise ValueError("a rewrite carries at most one txn")
-    data = commit_lines(
-        adds,
+    put_log_commit(
+        location,
+        version,
+        adds=adds,
         removes=removes,
-        txn=(txns[0].app_id, txns[0].version) if txns else None,
-        custom_metadata=dict(commit_properties.custom_metadata or {}),
+        properties=commit_properties,
         partition_by=partition_by,
         now_ms=now,
     )
-    if not LogStore(location).put_if_absent(f"{version:020d}.json", data):
-        raise CommitFailedError(
-            f"version {version} of {location.uri} was written by another writer first"
-        )
     if post_commit.create_checkpoint:
         configuration = table.metadata().configuration
         interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
@@ -107,6 +102,44 @@ def write_log_rewrite(
             table.update_incremental()
             table.create_checkpoint()
     return version
+
+
+def put_log_commit(
+    location: TableLocation,
+    version: int,
+    *,
+    adds: Sequence[Mapping[str, Any]],
+    removes: Sequence[Mapping[str, Any]],
+    properties: CommitProperties,
+    partition_by: Sequence[str],
+    now_ms: int,
+    cdc: Sequence[Mapping[str, Any]] = (),
+) -> None:
+    """Write version ``version``: the commitInfo and txn of ``properties`` (at most one txn),
+    ``removes`` and ``adds`` as :func:`~committers.delta.commit._log_append.commit_lines`
+    spells them, then ``cdc`` actions; put-if-absent, the one writer of rewrites that delta-rs
+    cannot commit (deletion vectors here, change files in :mod:`._change_data_commit`).
+
+    Raises:
+        CommitFailedError: another writer took that version; nothing was written.
+        OSError: the outcome of the write is unknown (the caller reconciles).
+    """
+    txns = properties.app_transactions or []
+    if len(txns) > 1:
+        raise ValueError("a rewrite carries at most one txn")
+    data = commit_lines(
+        adds,
+        removes=removes,
+        txn=(txns[0].app_id, txns[0].version) if txns else None,
+        custom_metadata=dict(properties.custom_metadata or {}),
+        partition_by=partition_by,
+        now_ms=now_ms,
+    )
+    data += "".join(_json_line({"cdc": dict(entry)}) for entry in cdc).encode()
+    if not LogStore(location).put_if_absent(f"{version:020d}.json", data):
+        raise CommitFailedError(
+            f"version {version} of {location.uri} was written by another writer first"
+        )
 
 
 def _json_or_none(vector: DeletionVectorDescriptor | None) -> dict[str, object] | None:
