@@ -44,13 +44,7 @@ import numpy as np
 
 from committers.delta.format._format import DeltaDataSource, spark_schema
 from committers.delta.read._source import DataFile, list_data_files, spell_partition_value
-from committers.delta.spark._deleted_rows import (
-    drop_deleted_rows,
-    path_component,
-    unmatched,
-    without_deleted_rows,
-)
-from committers.delta.spark._scan import scan_root_path
+from committers.delta.spark._deleted_rows import drop_deleted_rows, without_deleted_rows
 from committers.delta.spark._spark_staging import hadoop_has_filesystem, spark_uri
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import deleted_rows
@@ -129,8 +123,8 @@ def read_table(
         files = list_data_files(table, snapshot)
         reason = _unreadable_paths(files, snapshot)
         if reason is None:
-            df, how, vectors = _native(spark, snapshot, files)
-            reason = _files_spark_dropped(df, files, vectors)
+            df, how = _native(spark, snapshot, files)
+            reason = _files_spark_dropped(df, files)
             if reason is None:
                 log.info("read_table %s version %d: native %s", uri, snapshot.version, how)
                 return df
@@ -179,18 +173,12 @@ def _unreadable_paths(files: Sequence[DataFile], snapshot: Snapshot) -> str | No
     return None
 
 
-def _files_spark_dropped(
-    df: DataFrame, files: Sequence[DataFile], vectors: Sequence[tuple[str, np.ndarray]]
-) -> str | None:
-    """Why ``df`` does not read every file (Spark's listing left some out, or names a file
-    with a deletion vector otherwise than the log does), or None."""
-    listed = list(df._jdf.inputFiles()) if files else []
-    if len(listed) != len(files):
-        return f"Spark's file index lists {len(listed)} of the snapshot's {len(files)} files"
-    missed = unmatched(listed, vectors)
-    if missed:  # their deleted rows would not be dropped
-        return f"Spark names files with deletion vectors otherwise than the log: {missed[:3]}"
-    return None
+def _files_spark_dropped(df: DataFrame, files: Sequence[DataFile]) -> str | None:
+    """Why ``df`` does not read every file (Spark's listing left some out), or None."""
+    listed = len(df._jdf.inputFiles()) if files else 0
+    if listed == len(files):
+        return None
+    return f"Spark's file index lists {listed} of the snapshot's {len(files)} files"
 
 
 # -- Hive directories -----------------------------------------------------------------------
@@ -325,7 +313,8 @@ def _joined_scan(
     snapshot: Snapshot,
     files: Sequence[DataFile],
     names: Sequence[str],
-    vectors: Sequence[tuple[str, np.ndarray]],
+    vectors: Mapping[str, np.ndarray],
+    keys: Mapping[str, str],
 ) -> DataFrame:
     """One scan of ``files``' data columns, with each file's partition values from the log
     joined by its path. A row whose file has no entry (a path Spark spells differently than
@@ -346,10 +335,11 @@ def _joined_scan(
         metadata.getField("file_path").alias(_KEY),
         metadata.getField("row_index").alias(_ROW_INDEX),
     )
-    rows = drop_deleted_rows(spark, rows, _KEY, _ROW_INDEX, vectors)
+    every_file = [keys[f.path] for f in files]
+    rows = drop_deleted_rows(spark, rows, _KEY, _ROW_INDEX, vectors, every_file=every_file)
     values = pa.table(
         {
-            _KEY: pa.array(_file_keys(spark, snapshot, files), pa.string()),
+            _KEY: pa.array([keys[f.path] for f in files], pa.string()),
             **{
                 column: pa.array(
                     [_value_text(f.partition_values.get(column), t) for f in files], pa.string()
@@ -382,9 +372,8 @@ def _joined_scan(
 
 def _native(
     spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]
-) -> tuple[DataFrame, str, list[tuple[str, np.ndarray]]]:
-    """The snapshot's rows read by Spark's Parquet reader, how (for the log line), and the
-    deletion vectors it applies."""
+) -> tuple[DataFrame, str]:
+    """The snapshot's rows read by Spark's Parquet reader, and how (for the log line)."""
     from pyspark.sql import functions as F
 
     shape = snapshot.shape
@@ -392,13 +381,15 @@ def _native(
     names = [f.name for f in shape.schema.fields]
     columns = [F.col(quote(name)) for name in names]
     if not files:
-        return spark.createDataFrame([], schema).select(*columns), "no files: an empty relation", []
-    vectors = _deleted_rows_by_key(spark, snapshot, files)
+        return spark.createDataFrame([], schema).select(*columns), "no files: an empty relation"
+    keys = dict(zip((f.path for f in files), _file_keys(spark, snapshot, files), strict=True))
+    vectors = _deleted_rows_by_key(snapshot, files, keys)
     if not shape.partition_by:
         uris = [spark_uri(f.uri(snapshot)) for f in files]
-        scan = without_deleted_rows(spark, parquet_files(spark, uris, schema=schema), vectors)
+        scan = parquet_files(spark, uris, schema=schema)
+        scan = without_deleted_rows(spark, scan, vectors, list(keys.values()))
         how = f"Parquet scan of {len(files)} files{_dv_note(vectors)}"
-        return scan.select(*columns), how, vectors
+        return scan.select(*columns), how
     hive, other = _split_by_layout(files, snapshot)
     scans, parts = [], []
     if hive:
@@ -411,29 +402,25 @@ def _native(
             # directory per batch); each file's own were checked against the log.
             options={"ignoreInvalidPartitionPaths": "true"},
         )
-        scans.append(without_deleted_rows(spark, scan, vectors).select(*columns))
+        every_file = [keys[f.path] for f in hive]
+        scans.append(without_deleted_rows(spark, scan, vectors, every_file).select(*columns))
         parts.append(f"{len(hive)} files, partition values from the Hive directories")
     if other:
-        scans.append(_joined_scan(spark, snapshot, other, names, vectors))
+        scans.append(_joined_scan(spark, snapshot, other, names, vectors, keys))
         parts.append(f"{len(other)} files, partition values from the log joined by file path")
     df = scans[0] if len(scans) == 1 else scans[0].union(scans[1])
-    return df, "Parquet scan of " + "; ".join(parts) + _dv_note(vectors), vectors
+    return df, "Parquet scan of " + "; ".join(parts) + _dv_note(vectors)
 
 
 def _deleted_rows_by_key(
-    spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]
-) -> list[tuple[str, np.ndarray]]:
-    """``(decoded path component of its URI, deleted row indexes)`` of each file with a
-    deletion vector, read (and checked) now, on the driver."""
+    snapshot: Snapshot, files: Sequence[DataFile], keys: Mapping[str, str]
+) -> dict[str, np.ndarray]:
+    """``_metadata.file_path`` spelling (``keys``: log path -> it) -> deleted row indexes, of
+    each file with a deletion vector, read (and checked) now, on the driver."""
     with_vectors = [f for f in files if f.deletion_vector is not None]
     if not with_vectors:
-        return []
+        return {}
     location = snapshot.location
-    root = scan_root_path(spark, spark_uri(location.uri.rstrip("/")))
-    keys = [
-        path_component(f.path) if "://" in f.path or f.path.startswith("/") else f"{root}/{f.path}"
-        for f in with_vectors
-    ]
 
     def read(file: DataFile) -> np.ndarray:
         return deleted_rows(file.deletion_vector, location, file.path)
@@ -441,11 +428,11 @@ def _deleted_rows_by_key(
     workers = 1 if location.is_local else min(16, len(with_vectors))
     with ThreadPoolExecutor(workers) as pool:
         deleted = list(pool.map(read, with_vectors))
-    return list(zip(keys, deleted, strict=True))
+    return {keys[f.path]: rows for f, rows in zip(with_vectors, deleted, strict=True)}
 
 
-def _dv_note(vectors: Sequence[tuple[str, np.ndarray]]) -> str:
+def _dv_note(vectors: Mapping[str, np.ndarray]) -> str:
     if not vectors:
         return ""
-    rows = sum(len(deleted) for _, deleted in vectors)
+    rows = sum(len(deleted) for deleted in vectors.values())
     return f", {rows} rows of {len(vectors)} files dropped by their deletion vectors"

@@ -2,23 +2,21 @@
 
 Spark's reader knows each row's file (``_metadata.file_path``) and position in it
 (``_metadata.row_index``, counted over the whole file even when row groups are skipped). The
-deleted positions are read on the driver; the scan keeps a row unless its key, the file's
+deleted positions are read on the driver; the scan keeps a row unless its key, its file's
 number shifted left by 40 bits OR its row index, is among the deleted keys. That is two
 broadcast joins: a small one from the file's path to its number, and an anti join on one long
-column, which Spark runs as a hash lookup per row with no shuffle. Rows of files without a
-vector get a null key and are kept.
+column, which Spark runs as a hash lookup per row with no shuffle.
 
-Files are matched by the decoded path component of their URI (:func:`decoded_path`), not by
-Spark's spelling of the whole URI, which varies (``file:/`` or ``file:///``, which characters
-are escaped). A vector whose file is not matched would keep its deleted rows, so callers check
-with :func:`unmatched` that Spark lists every file with a vector before they trust the scan.
+A row whose file is not matched would keep its deleted rows, so the file table names *every*
+file of the scan (``every_file``) and a row matching none of them fails the query, naming its
+file, instead of being returned. (Compaction passes keys it computed itself on both sides, so
+they cannot disagree: it maps only the files with vectors.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
 import numpy as np
 
@@ -28,14 +26,7 @@ from framework.errors import SinkError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = [
-    "ROW_INDEX_BITS",
-    "decoded_path",
-    "drop_deleted_rows",
-    "path_component",
-    "unmatched",
-    "without_deleted_rows",
-]
+__all__ = ["ROW_INDEX_BITS", "decoded_path", "drop_deleted_rows", "without_deleted_rows"]
 
 #: Bits of a key that hold the row index: files of up to 2**40 rows.
 ROW_INDEX_BITS = 40
@@ -47,14 +38,18 @@ _KEY = "__sink_dv_key__"
 
 
 def without_deleted_rows(
-    spark: SparkSession, scan: DataFrame, vectors: Sequence[tuple[str, np.ndarray]]
+    spark: SparkSession,
+    scan: DataFrame,
+    vectors: Mapping[str, np.ndarray],
+    every_file: Sequence[str],
 ) -> DataFrame:
     """``scan`` (a Parquet file scan, straight from the reader) without the rows ``vectors``
     delete, with the same columns.
 
     Args:
-        vectors: ``(decoded path component of the file's URI (:func:`path_component`), sorted
-            deleted row indexes)`` for each file of the scan that has a deletion vector.
+        vectors: file path as Spark spells ``_metadata.file_path`` -> sorted deleted row
+            indexes, for each file of the scan that has a deletion vector.
+        every_file: the path of every file of the scan, spelled the same way.
     """
     if not vectors:
         return scan
@@ -67,7 +62,8 @@ def without_deleted_rows(
         metadata.getField("file_path").alias(_FILE_PATH),
         metadata.getField("row_index").alias(_ROW_INDEX),
     )
-    return drop_deleted_rows(spark, rows, _FILE_PATH, _ROW_INDEX, vectors).select(*columns)
+    kept = drop_deleted_rows(spark, rows, _FILE_PATH, _ROW_INDEX, vectors, every_file=every_file)
+    return kept.select(*columns)
 
 
 def drop_deleted_rows(
@@ -75,13 +71,14 @@ def drop_deleted_rows(
     rows: DataFrame,
     file_path: str,
     row_index: str,
-    vectors: Sequence[tuple[str, np.ndarray]],
+    vectors: Mapping[str, np.ndarray],
     *,
-    decoded: bool = False,
+    every_file: Sequence[str] | None = None,
 ) -> DataFrame:
     """``rows`` (with a file path and a row index column) without the rows ``vectors``
-    delete (see :func:`without_deleted_rows`); the two columns are kept. ``file_path`` holds
-    ``_metadata.file_path``, or with ``decoded`` its :func:`decoded_path` already.
+    (file path -> sorted deleted row indexes) delete; the two columns are kept. With
+    ``every_file`` (every path the column can hold), a row whose path is none of them fails
+    the query (see the module docstring).
 
     Raises:
         SinkError: a deleted row index does not fit the key (a file of 2**40 rows or more).
@@ -91,17 +88,21 @@ def drop_deleted_rows(
     import pyarrow as pa
     from pyspark.sql import functions as F
 
+    paths = list(every_file) if every_file is not None else list(vectors)
     limit = np.uint64(1 << ROW_INDEX_BITS)
     keys = []
-    for number, (path, deleted) in enumerate(vectors):
+    for number, path in enumerate(paths):
+        deleted = vectors.get(path)
+        if deleted is None:
+            continue
         if len(deleted) and deleted[-1] >= limit:
             raise SinkError(f"{path} has a deleted row index {deleted[-1]} beyond 2**40")
         keys.append((np.int64(number) << ROW_INDEX_BITS) | deleted.astype(np.int64))
     files = spark.createDataFrame(
         pa.table(
             {
-                _VECTOR_FILE: pa.array([path for path, _ in vectors], pa.string()),
-                _FILE_NUMBER: pa.array(range(len(vectors)), pa.int64()),
+                _VECTOR_FILE: pa.array(paths, pa.string()),
+                _FILE_NUMBER: pa.array(range(len(paths)), pa.int64()),
             }
         )
     )
@@ -109,12 +110,20 @@ def drop_deleted_rows(
         pa.table({_KEY: pa.array(np.concatenate(keys), pa.int64())})
     )
     column = rows[quote(file_path)]
-    condition = (column if decoded else decoded_path(column)) == files[_VECTOR_FILE]
-    keyed = rows.join(F.broadcast(files), condition, "left").select(
+    file_number = F.col(_FILE_NUMBER)
+    if every_file is not None:
+        file_number = F.when(file_number.isNotNull(), file_number).otherwise(
+            F.raise_error(
+                F.concat(
+                    F.lit("deletion vectors: no file of the snapshot is spelled "),
+                    column,
+                    F.lit("; its deleted rows cannot be dropped, so the read fails"),
+                )
+            ).cast("long")
+        )
+    keyed = rows.join(F.broadcast(files), column == files[_VECTOR_FILE], "left").select(
         *[rows[quote(c)] for c in rows.columns],
-        F.shiftleft(F.col(_FILE_NUMBER), ROW_INDEX_BITS)
-        .bitwiseOR(F.col(quote(row_index)))
-        .alias(_KEY),
+        F.shiftleft(file_number, ROW_INDEX_BITS).bitwiseOR(F.col(quote(row_index))).alias(_KEY),
     )
     kept = keyed.join(F.broadcast(deleted_keys), on=_KEY, how="left_anti")
     return kept.select(*[F.col(quote(c)) for c in rows.columns])
@@ -127,19 +136,3 @@ def decoded_path(file_path: Column) -> Column:
 
     encoded = F.parse_url(file_path, F.lit("PATH"))
     return F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
-
-
-def path_component(uri: str) -> str:
-    """The path component of a file's URI or absolute path as the log decodes it (its
-    characters unescaped: ``#`` or ``%`` are part of the path, not URI syntax)."""
-    if "://" not in uri:
-        return uri
-    rest = uri.split("://", 1)[1]
-    return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-
-
-def unmatched(listed: Sequence[str], vectors: Sequence[tuple[str, np.ndarray]]) -> list[str]:
-    """The files of ``vectors`` that are none of ``listed`` (Spark's ``inputFiles()``, URIs
-    as Spark escapes them)."""
-    paths = {unquote(urlparse(uri).path) for uri in listed}
-    return [path for path, _ in vectors if path not in paths]

@@ -70,8 +70,8 @@ def grouped_rows(
         decoded_path(metadata.getField("file_path")).alias(_FILE),
         metadata.getField("row_index").alias(_ROW_INDEX),
     )
-    vectors = [(f"{root_path}/{path}", rows_of) for path, rows_of in (deleted or {}).items()]
-    rows = drop_deleted_rows(spark, rows, _FILE, _ROW_INDEX, vectors, decoded=True)
+    vectors = {f"{root_path}/{path}": rows_of for path, rows_of in (deleted or {}).items()}
+    rows = drop_deleted_rows(spark, rows, _FILE, _ROW_INDEX, vectors)
     files = spark.createDataFrame(
         mapping,
         StructType(
