@@ -176,7 +176,9 @@ def test_a_vector_changed_during_the_compaction_fails_it_and_commits_nothing(del
             spark.sql(f"DELETE FROM delta.`{uri}` WHERE id IN (1, 2)")
 
     with pytest.raises(CompactionConflictError, match="got a new deletion vector"):
-        DeltaSink(uri).compact(spark, before_commit=delete_meanwhile)
+        compact_table(
+            spark, TableLocation.of(uri), target_file_size=128 << 20, before_commit=delete_meanwhile
+        )
     assert max(int(p.name[:20]) for p in Path(uri, "_delta_log").glob("*.json")) == version + 1
     rows = _every_reader(spark, uri)
     assert {1, 2, 3, 10} & {r["id"] for r in rows} == set()
