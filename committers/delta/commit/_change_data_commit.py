@@ -23,10 +23,8 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 
-from committers.delta.commit._log_append import LogStore
-from committers.delta.commit._log_rewrite import put_log_commit
+from committers.delta.commit._log_rewrite import put_log_commit, remove_entry
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._table import delta_rs_path
 from committers.delta.write._committable import StagedFile
@@ -95,23 +93,16 @@ def write_commit_with_changes(
         CommitFailedError: another commit took that version; nothing was written.
         OSError: the outcome is unknown (the caller reconciles by the txn or the run id).
     """
-    if not LogStore.supports(location):
-        raise UnsupportedTableFeatureError(
-            f"cannot commit the rewrite of {location.uri}: its change data feed is on, and the "
-            "commit must carry cdc actions, which delta-rs cannot commit and the sink's own "
-            "log writer writes only to local and S3 tables. Nothing was committed."
-        )
     version = table.version() + 1
     now = int(time.time() * 1000)
     removes_entries = [
-        {
-            "path": r.logged_path,
-            "dataChange": True,
-            "deletionTimestamp": now,
-            "extendedFileMetadata": True,
-            "partitionValues": dict(r.partition_values),
-            "size": r.size,
-        }
+        remove_entry(
+            r.logged_path,
+            data_change=True,
+            deletion_timestamp=now,
+            size=r.size,
+            partition_values=r.partition_values,
+        )
         for r in removes
     ]
     cdc = [
@@ -132,5 +123,6 @@ def write_commit_with_changes(
         properties=properties,
         partition_by=partition_by,
         now_ms=now,
+        needs="its change data feed is on, and the commit must carry cdc actions",
     )
     return version

@@ -79,9 +79,13 @@ from committers.delta.spark._spark_staging import (
 from committers.delta.storage._s3safety import verify_conditional_put
 from committers.delta.storage._staging import remove_empty_staging_dirs, write_manifest
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, deleted_rows
+from committers.delta.table._deletion_vectors import (
+    DeletionVectorDescriptor,
+    deleted_rows_of,
+    unique_id,
+)
 from committers.delta.table._delta_schema import walk
-from committers.delta.table._live_vectors import live_deletion_vectors
+from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import UnsupportedTableFeatureError, check_appends_only
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
 from committers.delta.table._schema import HIVE_NULL, serialize_partition_value
@@ -272,7 +276,7 @@ def compact_table(
     filters = _check_partition_filter(partition_filter, partition_by)
     read_version = table.version()
     small_below = target if min_file_size is None else min(min_file_size, target)
-    vectors = _vectors(location, table, read_version)
+    vectors = table_deletion_vectors(location, reader_features(table)[1], read_version)
     groups = _plan(table, partition_by, filters, target, location.uri, small_below, vectors)
     if not groups:
         log.info("compaction of %s at version %d: nothing to compact", location.uri, read_version)
@@ -556,10 +560,6 @@ def _bin_pack(
 PURGE_RATIO = 0.05
 
 
-def _unique_id(vector: DeletionVectorDescriptor | None) -> str | None:
-    return None if vector is None else vector.unique_id
-
-
 def _worth_purging(vector: DeletionVectorDescriptor | None, records: int) -> bool:
     """Whether ``vector`` deletes more than :data:`PURGE_RATIO` of a file of ``records``
     rows (its physical count)."""
@@ -569,15 +569,6 @@ def _worth_purging(vector: DeletionVectorDescriptor | None, records: int) -> boo
 def _purges(file: _File) -> bool:
     vector = file.deletion_vector
     return _worth_purging(vector, file.records + (vector.cardinality if vector else 0))
-
-
-def _vectors(
-    location: TableLocation, table: DeltaTable, version: int
-) -> dict[str, DeletionVectorDescriptor]:
-    """Decoded path -> deletion vector of the files of ``version`` that have one."""
-    if "deletionVectors" not in set(table.protocol().reader_features or ()):
-        return {}
-    return live_deletion_vectors(location, version)
 
 
 class _PartitionSpellings:
@@ -697,12 +688,10 @@ def _rewrite(
     stager = SparkParquetStager(location, layout, options, bytes_per_row)
     with _rewriting(spark, location, "Spark"):
         files = [(tuple(f.path for f in g.files), g.partition) for g in groups]
-        deleted = {
-            f.path: deleted_rows(f.deletion_vector, location, f.path)
-            for g in groups
-            for f in g.files
-            if f.deletion_vector is not None
-        }
+        deleted = deleted_rows_of(
+            location,
+            {f.path: f.deletion_vector for g in groups for f in g.files if f.deletion_vector},
+        )
         df = grouped_rows(spark, root, scan_root_path(spark, root), layout, files, deleted)
         staged, _ = stager.stage(df, epoch)
     _check_rows(location.uri, groups, staged, layout)
@@ -895,11 +884,11 @@ class _Commit:
         """The removed files whose deletion vector at ``version`` is not the one read."""
         if version == self._first_read:
             return []
-        now = _vectors(self._location, table, version)
+        now = table_deletion_vectors(self._location, reader_features(table)[1], version)
         return [
             f.logged_path
             for f in self._removed
-            if _unique_id(now.get(f.path)) != _unique_id(f.deletion_vector)
+            if unique_id(now.get(f.path)) != unique_id(f.deletion_vector)
         ]
 
     def _actions(self) -> list[AddAction | RemoveAction]:

@@ -36,7 +36,7 @@ from deltalake import DeltaTable
 from committers.delta.storage._storage import TableLocation
 from framework.connector import crash_point
 
-__all__ = ["DEFAULT_CHECKPOINT_INTERVAL", "LogMaintenance", "newest_handle"]
+__all__ = ["DEFAULT_CHECKPOINT_INTERVAL", "LogMaintenance", "checkpoint_interval", "newest_handle"]
 
 log = logging.getLogger("committers.delta")
 
@@ -66,7 +66,7 @@ class LogMaintenance:
     def committed(self, version: int, configuration: Mapping[str, str]) -> None:
         """Note that ``version`` was committed (``configuration``: the table's properties at
         that version); schedules what became due. Never blocks on the work itself."""
-        interval = _checkpoint_interval(configuration)
+        interval = checkpoint_interval(configuration)
         with self._changed:
             if version <= self._latest:
                 return
@@ -196,7 +196,8 @@ def newest_handle(location: TableLocation, table: DeltaTable | None) -> DeltaTab
     return table
 
 
-def _checkpoint_interval(configuration: Mapping[str, str]) -> int:
+def checkpoint_interval(configuration: Mapping[str, str]) -> int:
+    """The table's ``delta.checkpointInterval``: delta-rs's default when unset or malformed."""
     try:
         return max(1, int(configuration.get("delta.checkpointInterval", "")))
     except ValueError:

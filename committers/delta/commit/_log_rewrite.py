@@ -25,12 +25,13 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta.commit._log_append import LogStore, _json_line, commit_lines
-from committers.delta.commit._log_maintenance import DEFAULT_CHECKPOINT_INTERVAL
+from committers.delta.commit._log_maintenance import checkpoint_interval
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._table import delta_rs_path
 
-__all__ = ["needs_log_rewrite", "put_log_commit", "write_log_rewrite"]
+__all__ = ["needs_log_rewrite", "put_log_commit", "remove_entry", "write_log_rewrite"]
 
 
 def needs_log_rewrite(
@@ -71,7 +72,16 @@ def write_log_rewrite(
     version = table.version() + 1
     now = int(time.time() * 1000)
     removes = [
-        _remove_entry(a, vectors.get(a.path)) for a in actions if isinstance(a, RemoveAction)
+        remove_entry(
+            delta_rs_path(a.path),
+            data_change=a.data_change,
+            deletion_timestamp=a.deletion_timestamp,
+            size=a.size,
+            partition_values=a.partition_values,
+            vector=vectors.get(a.path),
+        )
+        for a in actions
+        if isinstance(a, RemoveAction)
     ]
     adds = [
         {
@@ -94,13 +104,12 @@ def write_log_rewrite(
         properties=commit_properties,
         partition_by=partition_by,
         now_ms=now,
+        needs="it removes or adds files with deletion vectors (their remove must name the vector)",
     )
-    if post_commit.create_checkpoint:
-        configuration = table.metadata().configuration
-        interval = int(configuration.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
-        if version % max(1, interval) == 0:
-            table.update_incremental()
-            table.create_checkpoint()
+    interval = checkpoint_interval(table.metadata().configuration)
+    if post_commit.create_checkpoint and version % interval == 0:
+        table.update_incremental()
+        table.create_checkpoint()
     return version
 
 
@@ -114,16 +123,26 @@ def put_log_commit(
     partition_by: Sequence[str],
     now_ms: int,
     cdc: Sequence[Mapping[str, Any]] = (),
+    needs: str,
 ) -> None:
     """Write version ``version``: the commitInfo and txn of ``properties`` (at most one txn),
     ``removes`` and ``adds`` as :func:`~committers.delta.commit._log_append.commit_lines`
     spells them, then ``cdc`` actions; put-if-absent, the one writer of rewrites that delta-rs
     cannot commit (deletion vectors here, change files in :mod:`._change_data_commit`).
+    ``needs`` says why the commit cannot go through delta-rs, for the refusal below.
 
     Raises:
+        UnsupportedTableFeatureError: the table's storage is neither local nor S3, the only
+            stores the log writer commits to; nothing was written.
         CommitFailedError: another writer took that version; nothing was written.
         OSError: the outcome of the write is unknown (the caller reconciles).
     """
+    if not LogStore.supports(location):
+        raise UnsupportedTableFeatureError(
+            f"cannot commit the rewrite of {location.uri}: {needs}, which delta-rs cannot "
+            "commit, and the sink's own log writer writes only to local and S3 tables. "
+            "Nothing was committed."
+        )
     txns = properties.app_transactions or []
     if len(txns) > 1:
         raise ValueError("a rewrite carries at most one txn")
@@ -146,16 +165,24 @@ def _json_or_none(vector: DeletionVectorDescriptor | None) -> dict[str, object] 
     return None if vector is None else vector.to_json()
 
 
-def _remove_entry(
-    remove: RemoveAction, vector: DeletionVectorDescriptor | None
+def remove_entry(
+    logged_path: str,
+    *,
+    data_change: bool,
+    deletion_timestamp: int,
+    size: int | None,
+    partition_values: Mapping[str, str | None] | None,
+    vector: DeletionVectorDescriptor | None = None,
 ) -> dict[str, object]:
+    """A ``remove`` action of the file the log names ``logged_path`` (with its vector, if it
+    has one: the logical file is the path and the vector)."""
     entry: dict[str, object] = {
-        "path": delta_rs_path(remove.path),
-        "dataChange": remove.data_change,
-        "deletionTimestamp": remove.deletion_timestamp,
-        "extendedFileMetadata": remove.partition_values is not None and remove.size is not None,
-        "partitionValues": dict(remove.partition_values or {}),
-        "size": remove.size,
+        "path": logged_path,
+        "dataChange": data_change,
+        "deletionTimestamp": deletion_timestamp,
+        "extendedFileMetadata": partition_values is not None and size is not None,
+        "partitionValues": dict(partition_values or {}),
+        "size": size,
     }
     if vector is not None:
         entry["deletionVector"] = vector.to_json()

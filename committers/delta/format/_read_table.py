@@ -37,7 +37,6 @@ import logging
 import string
 import unicodedata
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,7 +46,7 @@ from committers.delta.read._source import DataFile, list_data_files, spell_parti
 from committers.delta.spark._deleted_rows import drop_deleted_rows, without_deleted_rows
 from committers.delta.spark._spark_staging import hadoop_has_filesystem, spark_uri
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._deletion_vectors import deleted_rows
+from committers.delta.table._deletion_vectors import deleted_rows_of
 from committers.delta.table._delta_schema import quote, spark_type
 from committers.delta.table._snapshot import Snapshot, SnapshotSpec, open_snapshot
 from framework.spark.connector import parquet_files, register_data_source
@@ -279,15 +278,18 @@ def _file_path_spelling(spark: SparkSession, uri: str) -> str:
     return str(hadoop_path(hadoop_path(spark_uri(uri)).toString()).toUri().toString())
 
 
-def _file_keys(spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]) -> list[str]:
-    """Each file's ``_metadata.file_path`` as Spark will spell it."""
+def _file_keys(
+    spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]
+) -> dict[str, str]:
+    """Each file's path (as the log names it) -> its ``_metadata.file_path`` as Spark will
+    spell it (one call into the JVM per file: only for the files that need it)."""
     root = _file_path_spelling(spark, snapshot.location.uri).rstrip("/")
-    return [
-        _file_path_spelling(spark, f.path)
+    return {
+        f.path: _file_path_spelling(spark, f.path)
         if "://" in f.path or f.path.startswith("/")
         else f"{root}/{_java_uri_path(f.path)}"
         for f in files
-    ]
+    }
 
 
 def _value_text(value: Any, delta_type: Any) -> str | None:
@@ -382,12 +384,14 @@ def _native(
     columns = [F.col(quote(name)) for name in names]
     if not files:
         return spark.createDataFrame([], schema).select(*columns), "no files: an empty relation"
-    keys = dict(zip((f.path for f in files), _file_keys(spark, snapshot, files), strict=True))
+    with_vectors = any(f.deletion_vector is not None for f in files)
+    keys = _file_keys(spark, snapshot, files) if with_vectors else {}
     vectors = _deleted_rows_by_key(snapshot, files, keys)
     if not shape.partition_by:
         uris = [spark_uri(f.uri(snapshot)) for f in files]
         scan = parquet_files(spark, uris, schema=schema)
-        scan = without_deleted_rows(spark, scan, vectors, list(keys.values()))
+        every_file = [keys[f.path] for f in files] if vectors else []
+        scan = without_deleted_rows(spark, scan, vectors, every_file)
         how = f"Parquet scan of {len(files)} files{_dv_note(vectors)}"
         return scan.select(*columns), how
     hive, other = _split_by_layout(files, snapshot)
@@ -402,11 +406,12 @@ def _native(
             # directory per batch); each file's own were checked against the log.
             options={"ignoreInvalidPartitionPaths": "true"},
         )
-        every_file = [keys[f.path] for f in hive]
+        every_file = [keys[f.path] for f in hive] if vectors else []
         scans.append(without_deleted_rows(spark, scan, vectors, every_file).select(*columns))
         parts.append(f"{len(hive)} files, partition values from the Hive directories")
     if other:
-        scans.append(_joined_scan(spark, snapshot, other, names, vectors, keys))
+        other_keys = keys or _file_keys(spark, snapshot, other)
+        scans.append(_joined_scan(spark, snapshot, other, names, vectors, other_keys))
         parts.append(f"{len(other)} files, partition values from the log joined by file path")
     df = scans[0] if len(scans) == 1 else scans[0].union(scans[1])
     return df, "Parquet scan of " + "; ".join(parts) + _dv_note(vectors)
@@ -417,18 +422,8 @@ def _deleted_rows_by_key(
 ) -> dict[str, np.ndarray]:
     """``_metadata.file_path`` spelling (``keys``: log path -> it) -> deleted row indexes, of
     each file with a deletion vector, read (and checked) now, on the driver."""
-    with_vectors = [f for f in files if f.deletion_vector is not None]
-    if not with_vectors:
-        return {}
-    location = snapshot.location
-
-    def read(file: DataFile) -> np.ndarray:
-        return deleted_rows(file.deletion_vector, location, file.path)
-
-    workers = 1 if location.is_local else min(16, len(with_vectors))
-    with ThreadPoolExecutor(workers) as pool:
-        deleted = list(pool.map(read, with_vectors))
-    return {keys[f.path]: rows for f, rows in zip(with_vectors, deleted, strict=True)}
+    vectors = {f.path: f.deletion_vector for f in files if f.deletion_vector is not None}
+    return {keys[path]: rows for path, rows in deleted_rows_of(snapshot.location, vectors).items()}
 
 
 def _dv_note(vectors: Mapping[str, np.ndarray]) -> str:

@@ -31,7 +31,7 @@ from deltalake.exceptions import DeltaError
 
 from committers.delta.storage._staging import STAGING_DIR, read_manifest
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._live_vectors import live_deletion_vectors
+from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import ENFORCED_FEATURES, TableFeatures
 from committers.delta.table._snapshot import commit_times
 from committers.delta.table._table import (
@@ -577,11 +577,8 @@ def _files(table: DeltaTable, location: TableLocation, small_file_bytes: int) ->
     sizes = [int(s) for s in actions.column("size_bytes").to_pylist()] if actions.num_rows else []
     records = actions.column("num_records").to_pylist() if actions.num_rows else []
     small = sum(1 for size in sizes if size < small_file_bytes)
-    vectors = (
-        live_deletion_vectors(location, table.version())
-        if "deletionVectors" in set(table.protocol().reader_features or ())
-        else {}
-    )
+    reader_features = table.protocol().reader_features or ()
+    vectors = table_deletion_vectors(location, reader_features, table.version())
     deleted = sum(v.cardinality for v in vectors.values())
     return FilesSection(
         count=len(sizes),

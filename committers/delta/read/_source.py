@@ -37,7 +37,7 @@ from committers.delta.table._deletion_vectors import (
     keep_mask,
 )
 from committers.delta.table._delta_schema import PARQUET_FIELD_ID, DeltaField, arrow_type
-from committers.delta.table._live_vectors import live_deletion_vectors
+from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._skipping import FilePruner, Predicate
 from committers.delta.table._snapshot import Snapshot
 from framework.errors import SinkError
@@ -102,11 +102,7 @@ def list_data_files(
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     pruner = FilePruner(predicates, snapshot.shape, snapshot.column_mapping_mode != "none")
     partition_by = snapshot.shape.partition_by
-    vectors = (
-        live_deletion_vectors(snapshot.location, snapshot.version)
-        if "deletionVectors" in snapshot.reader_features
-        else {}
-    )
+    vectors = table_deletion_vectors(snapshot.location, snapshot.reader_features, snapshot.version)
     files = [
         DataFile(
             path=(path := unquote(action["path"])),

@@ -27,6 +27,7 @@ import struct
 import uuid
 import zlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -44,12 +45,14 @@ __all__ = [
     "DeletionVectorError",
     "decode_uuid",
     "deleted_rows",
+    "deleted_rows_of",
     "encode_uuid",
     "encode_vector_file",
     "keep_mask",
     "parse_bitmap",
     "read_bitmap",
     "serialize_bitmap",
+    "unique_id",
     "vector_file",
     "write_vector_file",
     "z85_decode",
@@ -335,6 +338,29 @@ def deleted_rows(
         return np.empty(0, dtype=np.uint64)
     bitmap = read_bitmap(descriptor, location, data_file)
     return np.frombuffer(bitmap.to_array(), dtype=np.uint64)
+
+
+def deleted_rows_of(
+    location: TableLocation, vectors: Mapping[str, DeletionVectorDescriptor]
+) -> dict[str, np.ndarray]:
+    """:func:`deleted_rows` of each data file (path relative to the root, or absolute) ->
+    vector, read side by side on object stores (one request each), in turn on local disk.
+
+    Raises:
+        DeletionVectorError: as :func:`read_bitmap`, for the first damaged vector.
+    """
+    items = list(vectors.items())
+    if not items:
+        return {}
+    workers = 1 if location.is_local else min(16, len(items))
+    with ThreadPoolExecutor(workers) as pool:
+        rows = list(pool.map(lambda item: deleted_rows(item[1], location, item[0]), items))
+    return {path: deleted for (path, _), deleted in zip(items, rows, strict=True)}
+
+
+def unique_id(vector: DeletionVectorDescriptor | None) -> str | None:
+    """``vector``'s unique id (``None``: no vector): with the path, what names a logical file."""
+    return None if vector is None else vector.unique_id
 
 
 def keep_mask(deleted: np.ndarray, first_row: int, rows: int) -> np.ndarray | None:

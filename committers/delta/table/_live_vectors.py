@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, DeletionVectorError
 
-__all__ = ["live_deletion_vectors"]
+__all__ = ["live_deletion_vectors", "table_deletion_vectors"]
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(
@@ -72,6 +72,16 @@ def live_deletion_vectors(
         for path, vector in live.items()
         if vector is not None
     }
+
+
+def table_deletion_vectors(
+    location: TableLocation, reader_features: Iterable[str], version: int
+) -> dict[str, DeletionVectorDescriptor]:
+    """:func:`live_deletion_vectors` of ``version`` of a table whose protocol has
+    ``reader_features``; empty, without reading the log, when they lack ``deletionVectors``."""
+    if "deletionVectors" not in set(reader_features):
+        return {}
+    return live_deletion_vectors(location, version)
 
 
 def _newest_checkpoint(names: list[str], version: int) -> tuple[int | None, list[str]]:

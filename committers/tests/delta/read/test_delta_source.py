@@ -35,6 +35,7 @@ from committers.delta.table._snapshot import (
     open_snapshot,
     parse_timestamp,
 )
+from committers.tests._delta_helpers import commit_refused_reader_feature
 from framework.errors import ConfigurationError, NotATableError
 from framework.source import FileSourceConfig
 from framework.spark._source import FILTER_PUSHDOWN_CONF
@@ -254,13 +255,7 @@ def _type_widening_table(tmp_path) -> str:
     """A table whose protocol needs the reader feature typeWidening, which is refused."""
     uri = str(tmp_path / "widened")
     DeltaTable.create(uri, schema=SCHEMA)
-    protocol = {
-        "minReaderVersion": 3,
-        "minWriterVersion": 7,
-        "readerFeatures": ["typeWidening"],
-        "writerFeatures": ["typeWidening"],
-    }
-    Path(uri, "_delta_log", f"{1:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
+    commit_refused_reader_feature(uri, 1)
     return uri
 
 

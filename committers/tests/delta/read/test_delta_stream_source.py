@@ -25,6 +25,7 @@ from committers.delta.read._stream import DeltaLogTail, SourceTableChangedError,
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._snapshot import SnapshotSpec, open_snapshot
+from committers.tests._delta_helpers import commit_refused_reader_feature
 from committers.tests._spark_helpers import drain_available_now
 from framework import TwoPhaseSink
 from framework.errors import ConfigurationError
@@ -351,13 +352,7 @@ def test_a_commit_raising_the_reader_protocol_stops_the_stream_before_it(tmp_pat
     uri = _table(tmp_path, range(0, 4))
     tail = _tail(uri)
     started = tail.initial_offset()
-    protocol = {
-        "minReaderVersion": 3,
-        "minWriterVersion": 7,
-        "readerFeatures": ["typeWidening"],
-        "writerFeatures": ["typeWidening"],
-    }
-    Path(uri, "_delta_log", f"{1:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
+    commit_refused_reader_feature(uri, 1)
     with pytest.raises(
         UnsupportedTableFeatureError,
         match=r"version 1 of .* changes the table's protocol, and the stream stops before it: "
