@@ -25,6 +25,7 @@ from deltalake import CommitProperties, DeltaTable
 
 from committers.delta.commit._log_rewrite import put_log_commit, remove_entry
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._table import delta_rs_path
 from committers.delta.write._committable import StagedFile
@@ -40,6 +41,7 @@ class LoggedRemove:
     logged_path: str
     size: int
     partition_values: Mapping[str, str | None]
+    vector: DeletionVectorDescriptor | None = None  # (the logical file is path and vector)
 
 
 def add_entry(staged: StagedFile) -> dict[str, Any]:
@@ -55,9 +57,14 @@ def add_entry(staged: StagedFile) -> dict[str, Any]:
     }
 
 
-def live_removes(table: DeltaTable, logged_paths: Sequence[str]) -> list[LoggedRemove]:
+def live_removes(
+    table: DeltaTable,
+    logged_paths: Sequence[str],
+    vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
+) -> list[LoggedRemove]:
     """:class:`LoggedRemove` of each of ``logged_paths``, live files of ``table``'s snapshot
-    (their sizes and partition values as its add actions log them)."""
+    (their sizes and partition values as its add actions log them; their deletion vectors
+    from ``vectors``, by logged path)."""
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     by_path = {a["path"]: a for a in actions}
     partition_by = table.metadata().partition_columns
@@ -69,6 +76,7 @@ def live_removes(table: DeltaTable, logged_paths: Sequence[str]) -> list[LoggedR
                 c: serialize_partition_value(by_path[path].get(f"partition.{c}"))
                 for c in partition_by
             },
+            vector=(vectors or {}).get(path),
         )
         for path in logged_paths
     ]
@@ -102,6 +110,7 @@ def write_commit_with_changes(
             deletion_timestamp=now,
             size=r.size,
             partition_values=r.partition_values,
+            vector=r.vector,
         )
         for r in removes
     ]

@@ -66,12 +66,14 @@ from committers.delta.commit._sequence import (
 )
 from committers.delta.commit._staging_cleanup import StagingCleaner, remove_leftovers
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, unique_id
 from committers.delta.table._identity import (
     IDENTITY_FEATURE,
     IDENTITY_TAG,
     advanced_metadata,
     high_water_marks,
 )
+from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import (
     UnsupportedTableFeatureError,
     check_appends_only,
@@ -85,6 +87,7 @@ from committers.delta.table._schema import (
     SchemaMode,
     merge_schemas,
 )
+from committers.delta.table._snapshot import reader_features
 from committers.delta.table._table import (
     COMMIT_APP_ID,
     COMMIT_EPOCH_ID,
@@ -423,7 +426,7 @@ class DeltaGlobalCommitter(ReplacementCommits, GlobalCommitter[StagedFile, Delta
                 return
             self._check_plan(self._evolve_schema(table), epoch)
             if committable.rewrite is not None:
-                _check_still_live(table, committable.rewrite)
+                _check_still_live(table, self._location, committable.rewrite)
             read_version = table.version()
             crash_point("commit_write", epoch.epoch_id, within_seconds=0.005)
             self._write_commit(table, committable)
@@ -492,15 +495,21 @@ class DeltaGlobalCommitter(ReplacementCommits, GlobalCommitter[StagedFile, Delta
             return
         rewrite = committable.rewrite
         if rewrite is not None and rewrite.change_files:  # cdc actions: delta-rs cannot
-            logged = live_removes(table, [f.logged_path for f in rewrite.replaced])
+            replaced = rewrite.replaced
+            logged = live_removes(
+                table,
+                [f.logged_path for f in replaced],
+                {f.logged_path: f.deletion_vector for f in replaced if f.deletion_vector},
+            )
             self._write_with_changes(table, committable, logged)
             return
+        vectors: dict[str, DeletionVectorDescriptor] = {}
         if committable.rewrite is not None:
             now = int(time.time() * 1000)
-            removes = [
-                RemoveAction(f.path, True, now, f.size) for f in committable.rewrite.replaced
-            ]
+            replaced = committable.rewrite.replaced
+            removes = [RemoveAction(f.path, True, now, f.size) for f in replaced]
             removed, actions = len(removes), [*removes, *actions]
+            vectors = {f.path: f.deletion_vector for f in replaced if f.deletion_vector}
         elif replacing:  # delta-rs's overwrite removes every file of the snapshot
             removed = len(table.file_uris())
         else:
@@ -515,6 +524,8 @@ class DeltaGlobalCommitter(ReplacementCommits, GlobalCommitter[StagedFile, Delta
                 committable, removed_files=removed, retries=0 if exact else None
             ),
             post_commit=POST_COMMIT,
+            location=self._location,
+            vectors=vectors,  # (removes of files with a vector: written by _log_rewrite)
         )
 
     def _write_with_changes(
@@ -1088,17 +1099,26 @@ def _operation_parameters(
     return parameters
 
 
-def _check_still_live(table: DeltaTable, rewrite: Rewrite) -> None:
+def _check_still_live(table: DeltaTable, location: TableLocation, rewrite: Rewrite) -> None:
     """Every file ``rewrite`` replaces is live in ``table``'s snapshot (where the commit, made
-    with ``max_commit_retries=0``, lands right on top).
+    with ``max_commit_retries=0``, lands right on top), with the deletion vector it was read
+    with: a file given a new vector meanwhile had rows deleted since (the logical file is the
+    path and the vector, PROTOCOL.md).
 
     Raises:
-        _StaleRewrite: naming the files another commit removed.
+        _StaleRewrite: naming the files another commit removed or deleted rows of.
     """
     gone = files_gone(table, [f.logged_path for f in rewrite.replaced])
+    if not gone and rewrite.replaced and rewrite.read_version != table.version():
+        now = table_deletion_vectors(location, reader_features(table)[1], table.version())
+        gone = [
+            f.logged_path
+            for f in rewrite.replaced
+            if unique_id(now.get(f.path)) != unique_id(f.deletion_vector)
+        ]
     if gone:
         raise _StaleRewrite(
-            f"{len(gone)} of the {len(rewrite.replaced)} files it rewrites were removed by "
-            f"another commit after version {rewrite.read_version} (e.g. {gone[:3]}), so it "
-            "was computed on rows that have changed since."
+            f"{len(gone)} of the {len(rewrite.replaced)} files it rewrites were removed or "
+            f"had rows deleted by another commit after version {rewrite.read_version} (e.g. "
+            f"{gone[:3]}), so it was computed on rows that have changed since."
         )

@@ -62,6 +62,7 @@ __all__ = [
     "GroupToRewrite",
     "Rewritten",
     "RowFilter",
+    "alongside",
     "check_rows",
     "file_group",
     "in_tasks",
@@ -354,3 +355,35 @@ class _Counted:
 
     read: int = 0
     dropped: int = 0
+
+
+@contextlib.contextmanager
+def alongside(work: Callable[[], Rewritten]) -> Iterator[Callable[[], Rewritten]]:
+    """Run ``work`` (Spark jobs) in another thread while the body runs its own: Spark's
+    scheduler then fills the cores the body's job leaves idle. Yields the way to ``work``'s
+    result once the body is done (re-raising its error). The thread inherits this thread's
+    job group, so a failed batch's clean-up waits for its tasks too; leaving the body always
+    waits for ``work`` to end, so nothing it writes can follow the clean-up."""
+    from pyspark.util import InheritableThread
+
+    outcome: list[Rewritten | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except BaseException as err:  # re-raised on the caller's thread
+            outcome.append(err)
+
+    thread = InheritableThread(run)
+    thread.start()
+
+    def result() -> Rewritten:
+        done = outcome[0]
+        if isinstance(done, BaseException):
+            raise done
+        return done
+
+    try:
+        yield result
+    finally:
+        thread.join()

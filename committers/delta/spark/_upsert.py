@@ -14,11 +14,11 @@ of removes, adds and the batch's ``txn``, computed in Spark:
    job): a batch whose keys are all distinct is its own latest changes, with no shuffle.
    Otherwise Spark reduces it by key (a window over a shuffle), caches that, and collects its
    keys (or only their bounds, for more than ``PRUNE_KEYS_LIMIT`` keys).
-2. **Candidates** (driver, on snapshot V). A live file may hold a batch key only if, for every
-   key column, some key of the batch lies in the file's range for it: its partition value for
-   a partition column, its min/max stats otherwise. Missing stats make a file a candidate;
-   bounds other writers may have truncated are widened (timestamps by a millisecond, long
-   strings lose their upper bound).
+2. **Candidates** (driver, on snapshot V; :mod:`._upsert_candidates`). A live file may hold a
+   batch key only if, for every key column, some key of the batch lies in the file's range for
+   it: its partition value for a partition column, its min/max stats otherwise. Missing stats
+   make a file a candidate; bounds other writers may have truncated are widened (timestamps by
+   a millisecond, long strings lose their upper bound).
 3. **Touched files**. The candidates' key columns (and ``sequence_by`` columns) are joined
    with the batch's changes, counting the rows of each file that a change replaces; with
    ``sequence_by``, a change older than a row it matches is *stale*
@@ -49,6 +49,11 @@ of removes, adds and the batch's ``txn``, computed in Spark:
    Spark work; a touched file removed by another writer makes the committer redo steps 1-4
    once on the newer snapshot, then fail with :class:`UpsertConflictError`.
 
+Files with deletion vectors are read without the rows their vectors delete in every step (the
+driver masks them with the bitmap, Spark drops them by ``_metadata.row_index``), so a deleted
+row neither matches a change nor is kept; the commit's removes name each file with its vector,
+and a vector changed since V counts as the file being removed.
+
 Why the liveness check is ours: delta-rs 1.6.6 commits two transactions that remove the same
 file (see ``_compact.py``), which for an upsert would put rows back that the other writer
 changed or deleted.
@@ -56,29 +61,36 @@ changed or deleted.
 
 from __future__ import annotations
 
-import bisect
-import contextlib
 import dataclasses
-import datetime
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from committers.delta.read._source import spell_partition_value
-from committers.delta.spark._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
+from committers.delta.spark._arrow_rewrite import alongside
 from committers.delta.spark._change_data import change_directory
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
     run_directory,
 )
-from committers.delta.spark._upsert_plan import UpsertPlan
+from committers.delta.spark._upsert_candidates import (
+    PRUNE_KEYS_LIMIT,
+    BatchKeys,
+    check_readable,
+    check_spark_keeps_values,
+    live_files,
+)
+from committers.delta.spark._upsert_plan import (
+    REPEATED_KEY,
+    REPEATED_KEY_HINT,
+    UpsertPlan,
+    repeated_key,
+    repeated_key_message,
+)
 from committers.delta.spark._upsert_stored import (
     _APPLIES,
     _DELETE,
@@ -104,11 +116,8 @@ from committers.delta.table._change_feed import (
     writes_change_data,
 )
 from committers.delta.table._delta_schema import arrow_type, quote, spark_type
-from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import WritePlan
-from committers.delta.table._schema import HIVE_NULL, serialize_partition_value
-from committers.delta.table._snapshot import Snapshot, reader_features
-from committers.delta.table._table import open_table, removal_path
+from committers.delta.table._table import open_table
 from committers.delta.write._committable import ReplacedFile, Rewrite, StagedRewrite
 from committers.delta.write._options import Staging, WriterOptions
 from framework.errors import (
@@ -131,49 +140,13 @@ __all__ = ["UpsertStager"]
 
 log = logging.getLogger("committers.delta")
 
-#: Batches with at most this many distinct keys are pruned key by key (the keys are collected
-#: on the driver); larger ones by the overall min/max of each key column.
-PRUNE_KEYS_LIMIT = 500_000
 #: Rows per new file while the table has no rows to measure a row's size by.
 NEW_TABLE_ROWS_PER_FILE = 1_000_000
 
 _RANK = "__sparksink_rank__"
-_GLOB_CHARACTERS = frozenset("{}[]*?\\")
-_STRING_BOUND_CHARS = 32  # a longer string bound may have been truncated by its writer
-_TIMESTAMP_SLACK = datetime.timedelta(milliseconds=1)  # writers truncating to milliseconds
 
 
 # -- one batch (driver-driven Spark work) ---------------------------------------------------
-
-
-class _BatchKeys:
-    """The batch's keys per key column: sorted distinct values, or only (min, max); and, when
-    they were collected, the changes' keys, delete flags and sequence values as Arrow."""
-
-    def __init__(self, columns: list[list[Any]], collected: pa.Table | None) -> None:
-        self._columns = columns
-        self._exact = collected is not None
-        self.collected = collected
-
-    def may_hold(self, f: _LiveFile) -> bool:
-        """Whether ``f`` may hold a key of the batch (``True`` when its ranges are unknown)."""
-        for values, bounds in zip(self._columns, f.bounds, strict=True):
-            if bounds is None:
-                continue  # no stats for this column: it may
-            lo, hi = bounds
-            if lo is None or not values:
-                return False  # a null partition value (keys are never null), or no keys
-            try:
-                if not self._exact:  # values are [min, max]
-                    if values[-1] < lo or (hi is not None and values[0] > hi):
-                        return False
-                    continue
-                at = bisect.bisect_left(values, lo)
-                if at == len(values) or (hi is not None and values[at] > hi):
-                    return False
-            except TypeError:  # values Python cannot compare with the bounds: it may
-                continue
-        return True
 
 
 @dataclass(frozen=True)
@@ -218,6 +191,7 @@ class UpsertStager(StoredRows):
         self._bytes_per_row = bytes_per_row
         self._staging = staging
         self._snapshot = snapshot or (lambda: open_table(location))
+        self._vector_rows = {}
 
     def stage(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
         """Stage ``epoch``'s batch ``df`` on the newest snapshot; the result can ``redo`` it
@@ -253,6 +227,7 @@ class UpsertStager(StoredRows):
     def _run(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
         table = self._snapshot()  # snapshot V (None: the commit creates the table)
         read_version = None if table is None else table.version()
+        self._vector_rows = {}  # (the vectors read for this run)
         checked = self._checked(df).persist()
         latest = checked
         try:
@@ -321,7 +296,7 @@ class UpsertStager(StoredRows):
             ),
         )
 
-    def _changes(self, df: DataFrame, checked: DataFrame) -> tuple[_BatchKeys, int, int, DataFrame]:
+    def _changes(self, df: DataFrame, checked: DataFrame) -> tuple[BatchKeys, int, int, DataFrame]:
         """(the batch's keys, changes, non-delete changes, the latest change per key).
 
         The keys of a batch of at most ``PRUNE_KEYS_LIMIT`` rows are collected first (one
@@ -337,11 +312,11 @@ class UpsertStager(StoredRows):
         names = [_key(i) for i in range(len(self._upsert.keys))]
         collected = checked.select(*self._change_columns()).limit(PRUNE_KEYS_LIMIT + 1).toArrow()
         if collected.num_rows <= PRUNE_KEYS_LIMIT:
-            repeated = _repeated_key(collected, names)
+            repeated = repeated_key(collected, names)
             if repeated is None:
                 return (*self._collected_keys(collected), checked)
             if not self._upsert.sequence:
-                raise ConstraintViolationError(_repeated_key_message(self._upsert.keys, repeated))
+                raise ConstraintViolationError(repeated_key_message(self._upsert.keys, repeated))
         latest = self._deduplicated(df, checked).persist()
         try:
             return (*self._batch_keys(latest), latest)
@@ -374,9 +349,9 @@ class UpsertStager(StoredRows):
                 for k, n in zip(upsert.keys, names, strict=True)
             ]
             message = F.concat(
-                F.lit(f"ConstraintViolationError: {_REPEATED_KEY}: "),
+                F.lit(f"ConstraintViolationError: {REPEATED_KEY}: "),
                 F.concat_ws(", ", *values),
-                F.lit(f". {_REPEATED_KEY_HINT}"),
+                F.lit(f". {REPEATED_KEY_HINT}"),
             )
             duplicated = F.count(F.lit(1)).over(by_key) > 1
             ranked = ranked.withColumn(
@@ -390,14 +365,14 @@ class UpsertStager(StoredRows):
         keys = [_key(i) for i in range(len(self._upsert.keys))]
         return [*keys, _DELETE, *(_sequence(i) for i in range(len(self._upsert.sequence)))]
 
-    def _collected_keys(self, collected: pa.Table) -> tuple[_BatchKeys, int, int]:
+    def _collected_keys(self, collected: pa.Table) -> tuple[BatchKeys, int, int]:
         names = [_key(i) for i in range(len(self._upsert.keys))]
         columns = [sorted(set(collected.column(n).to_pylist())) for n in names]
         deletes = collected.column(_DELETE).to_pylist()
         changes = collected.num_rows
-        return _BatchKeys(columns, collected), changes, changes - sum(map(bool, deletes))
+        return BatchKeys(columns, collected), changes, changes - sum(map(bool, deletes))
 
-    def _batch_keys(self, latest: DataFrame) -> tuple[_BatchKeys, int, int]:
+    def _batch_keys(self, latest: DataFrame) -> tuple[BatchKeys, int, int]:
         """(the batch's keys per column, changes, non-delete changes) of the latest changes;
         one Spark job, two for a batch of more than ``PRUNE_KEYS_LIMIT`` keys."""
         from pyspark.sql import functions as F
@@ -417,97 +392,7 @@ class UpsertStager(StoredRows):
             for i in range(len(names))
         ]
         changes = int(row.column("changes")[0].as_py())
-        return _BatchKeys(bounds, None), changes, int(row.column("upserts")[0].as_py())
-
-    # -- 2. candidates --------------------------------------------------------------------
-
-    def _live_files(self, table: DeltaTable | None) -> tuple[list[_LiveFile], pa.Table | None]:
-        """Every live file of the snapshot with its key ranges, and the add actions."""
-        if table is None:
-            return [], None
-        actions = pa.table(table.get_add_actions(flatten=False))
-        if actions.num_rows == 0:
-            return [], actions
-        partition_by = set(self._plan.shape.partition_by)
-        per_key: list[list[tuple[Any, Any] | None]] = []
-        for name in self._upsert.table_keys:
-            if name in partition_by:
-                values = _struct_field(actions, "partition", name)
-                assert values is not None
-                per_key.append([(v, v) for v in values])
-                continue
-            lows = _struct_field(actions, "min", name)
-            highs = _struct_field(actions, "max", name)
-            if lows is None or highs is None:
-                per_key.append([None] * actions.num_rows)
-                continue
-            per_key.append(
-                [
-                    None if lo is None or hi is None else _widened(lo, hi)
-                    for lo, hi in zip(lows, highs, strict=True)
-                ]
-            )
-        paths = actions.column("path").to_pylist()
-        sizes = actions.column("size_bytes").to_pylist()
-        records = actions.column("num_records").to_pylist()
-        return [
-            _LiveFile(
-                index=i,
-                logged_path=paths[i],
-                path=unquote(paths[i]),
-                size=sizes[i],
-                records=records[i],
-                bounds=tuple(column[i] for column in per_key),
-            )
-            for i in range(actions.num_rows)
-        ], actions
-
-    def _check_readable(self, files: list[_LiveFile]) -> None:
-        """Every file that may hold a key must be readable by Spark and removable exactly.
-
-        Raises:
-            UnsupportedTableFeatureError: naming the first file that is not.
-        """
-        for f in files:
-            if (
-                removal_path(f.logged_path) is None
-                or "://" in f.path
-                or f.path.startswith("/")
-                or _GLOB_CHARACTERS & set(f.path)
-            ):
-                raise UnsupportedTableFeatureError(
-                    f"mode='upsert' cannot rewrite file {f.logged_path!r} of "
-                    f"{self._location.uri}: its logged path is absolute, uses a URL encoding "
-                    "delta-rs cannot write in a remove, or holds characters Spark would expand "
-                    "as a pattern. Nothing was committed; rewrite the file with the tool that "
-                    "wrote it (e.g. delta-rs's optimize.compact())."
-                )
-
-    def _check_spark_keeps_values(self, touched: list[_LiveFile], actions: pa.Table) -> None:
-        """Spark's writer can carry every partition value of the touched files over to their
-        kept rows: it names the directory of NULL ``__HIVE_DEFAULT_PARTITION__`` and reads
-        that name back as NULL, so a string partition value spelled so would turn into NULL.
-
-        Raises:
-            UnsupportedTableFeatureError: naming the first file holding such a value.
-        """
-        strings = [f.name for f in self._plan.shape.schema.fields if f.type == "string"]
-        columns = [c for c in self._plan.shape.partition_by if c in strings]
-        if not columns:
-            return
-        values = actions.take([f.index for f in touched]).column("partition").combine_chunks()
-        for column in columns:
-            held = values.field(column).to_pylist()
-            if HIVE_NULL in held:
-                f = touched[held.index(HIVE_NULL)]
-                raise UnsupportedTableFeatureError(
-                    f"mode='upsert' cannot rewrite file {f.logged_path!r} of "
-                    f"{self._location.uri} with Spark's writer: its partition column "
-                    f"{column!r} holds the string {HIVE_NULL!r}, the directory name Spark's "
-                    "writer gives NULL, so the rows it keeps would come back as NULL. Nothing "
-                    "was committed. Use staging='auto' with batches of at most "
-                    f"{PRUNE_KEYS_LIMIT} keys (Python tasks keep the rows with their value)."
-                )
+        return BatchKeys(bounds, None), changes, int(row.column("upserts")[0].as_py())
 
     # -- 3. touched files, 4. rewrite ------------------------------------------------------
 
@@ -517,16 +402,16 @@ class UpsertStager(StoredRows):
         table: DeltaTable | None,
         read_version: int | None,
         latest: DataFrame,
-        batch: tuple[_BatchKeys, int, int],
+        batch: tuple[BatchKeys, int, int],
         epoch: Epoch,
     ) -> tuple[StagedRewrite, int]:
         """The batch's staging and the rows its jobs wrote (counted as they wrote them)."""
         from pyspark.sql import functions as F
 
         keys, changes, upserts = batch
-        live, actions = self._live_files(table)
+        live, actions = live_files(self._location, self._plan, self._upsert, table)
         candidates = [f for f in live if keys.may_hold(f)] if changes else []
-        self._check_readable(candidates)
+        check_readable(self._location, candidates)
 
         def batch_changes() -> DataFrame:  # broadcast to the scans when collected
             selected = latest.select(*self._change_columns())
@@ -550,6 +435,7 @@ class UpsertStager(StoredRows):
                 path=f.path,
                 size=f.size,
                 num_records=f.records,
+                deletion_vector=f.deletion_vector,
             )
             for f in touched
         )
@@ -570,7 +456,7 @@ class UpsertStager(StoredRows):
         owned = (change_directory(epoch),) if feed else ()
         if touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
-            self._check_spark_keeps_values(touched, actions)
+            check_spark_keeps_values(self._location, self._plan, touched, actions)
             kept = self._kept_rows(session, touched, actions, batch_changes())
             stager.write_manifest(epoch, also_owned=owned)
             staged, rows = stager.write(new_rows().union(kept), epoch)
@@ -580,7 +466,7 @@ class UpsertStager(StoredRows):
             assert table is not None and actions is not None
             kept_directory = f"{run_directory(epoch)}-kept"
             stager.write_manifest(epoch, also_owned=(kept_directory, *owned))
-            with _in_parallel(
+            with alongside(
                 lambda: self._rewrite_kept(session, table, touched, actions, drop, kept_directory)
             ) as kept_rewrite:  # (the new rows are planned while the tasks run)
                 staged, rows = ([], 0)
@@ -651,7 +537,7 @@ class UpsertStager(StoredRows):
         session: SparkSession,
         candidates: list[_LiveFile],
         actions: pa.Table | None,
-        keys: _BatchKeys,
+        keys: BatchKeys,
         batch_changes: Callable[[], DataFrame],
     ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int], _Stale]:
         """The candidates holding a row the batch replaces, those rows per (file, delete), and
@@ -726,10 +612,11 @@ class UpsertStager(StoredRows):
         deletes = sum(map(bool, stale.column(_DELETE).to_pylist()))
         return _Stale(stale.num_rows, stale.num_rows - deletes, F.broadcast(keys))
 
-    def _driver_matches(self, candidates: list[_LiveFile], keys: _BatchKeys) -> Matches | None:
+    def _driver_matches(self, candidates: list[_LiveFile], keys: BatchKeys) -> Matches | None:
         if keys.collected is None:
             return None
         columns = self._key_columns()
+        deleted = self._deleted_rows(candidates)  # (DeletionVectorError: the file named)
         files = [
             Candidate(
                 path=f.path,
@@ -738,6 +625,7 @@ class UpsertStager(StoredRows):
                     b[0] if c.partition and b is not None else None
                     for c, b in zip(columns, f.bounds, strict=True)
                 ),
+                deleted=deleted.get(f.path),
             )
             for f in candidates
         ]
@@ -752,7 +640,7 @@ class UpsertStager(StoredRows):
                 "been deleted by a VACUUM with too short a retention, or damaged."
             ) from err
 
-    def _keys_to_drop(self, keys: _BatchKeys) -> KeysToDrop | None:
+    def _keys_to_drop(self, keys: BatchKeys) -> KeysToDrop | None:
         """The filter that drops the replaced rows in Python tasks, or ``None`` when Spark
         must: ``staging="spark"``, keys not collected, or keys or sequence values that do not
         cast exactly."""
@@ -775,110 +663,6 @@ class UpsertStager(StoredRows):
             for s in self._upsert.table_sequence
         ]
 
-    def _rewrite_kept(
-        self,
-        session: SparkSession,
-        table: DeltaTable,
-        touched: list[_LiveFile],
-        actions: pa.Table,
-        drop: KeysToDrop,
-        directory: str,
-    ) -> Rewritten:
-        """The touched files' rows whose key the batch does not name, rewritten by Python
-        tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
-        partition_by = list(self._plan.shape.partition_by)
-        typed: list[list[Any]] = []
-        if partition_by:  # (an unpartitioned table's actions have no partition column)
-            struct = actions.take([f.index for f in touched]).column("partition").combine_chunks()
-            typed = [struct.field(c).to_pylist() for c in partition_by]
-        groups = [
-            GroupToRewrite(
-                index=i,
-                files=((f.path, f.size),),
-                partition_values=tuple(
-                    (c, serialize_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
-                ),
-                read_values=tuple(
-                    (c, spell_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
-                ),
-            )
-            for i, f in enumerate(touched)
-        ]
-        snapshot = Snapshot(
-            self._location,
-            table.version(),
-            self._plan.shape,
-            reader_features(table)[1],
-            table.schema().to_json(),
-        )
-        return rewrite_groups(
-            session,
-            snapshot,
-            self._plan.layout,
-            groups,
-            self._options,
-            directory,
-            operation="the upsert",
-            row_filter=drop,
-        )
-
-
-@contextlib.contextmanager
-def _in_parallel(work: Callable[[], Rewritten]) -> Iterator[Callable[[], Rewritten]]:
-    """Run ``work`` (Spark jobs) in another thread while the body runs its own: Spark's
-    scheduler then fills the cores the body's job leaves idle. Yields the way to ``work``'s
-    result once the body is done (re-raising its error). The thread inherits this thread's
-    job group, so a failed batch's clean-up waits for its tasks too; leaving the body always
-    waits for ``work`` to end, so nothing it writes can follow the clean-up."""
-    from pyspark.util import InheritableThread
-
-    outcome: list[Rewritten | BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(work())
-        except BaseException as err:  # re-raised on the caller's thread
-            outcome.append(err)
-
-    thread = InheritableThread(run)
-    thread.start()
-
-    def result() -> Rewritten:
-        done = outcome[0]
-        if isinstance(done, BaseException):
-            raise done
-        return done
-
-    try:
-        yield result
-    finally:
-        thread.join()
-
-
-_REPEATED_KEY = (
-    "a key appears more than once in one upsert batch, and no sequence_by orders its changes"
-)
-_REPEATED_KEY_HINT = (
-    "Give each key one change per batch, or pass sequence_by=... to keep the latest."
-)
-
-
-def _repeated_key(collected: pa.Table, names: list[str]) -> tuple[Any, ...] | None:
-    """A key that appears more than once in ``collected`` (its key columns ``names``), or
-    ``None``. Keys compare as their values (no collation): as the table's files are matched."""
-    if collected.num_rows == 0:
-        return None
-    counted = collected.group_by(names).aggregate([([], "count_all")])
-    if counted.num_rows == collected.num_rows:
-        return None
-    first = pc.index(pc.greater(counted.column("count_all"), 1), True).as_py()
-    return tuple(counted.column(n)[first].as_py() for n in names)
-
-
-def _repeated_key_message(keys: Sequence[str], values: tuple[Any, ...]) -> str:
-    shown = ", ".join(f"{k} = {v}" for k, v in zip(keys, values, strict=True))
-    return f"{_REPEATED_KEY}: {shown}. {_REPEATED_KEY_HINT}"
-
 
 def _partitions_for(df: DataFrame) -> int:
     """Partitions for the batch's changes by key: its input's, at most
@@ -889,26 +673,3 @@ def _partitions_for(df: DataFrame) -> int:
     if shuffle.isdigit():  # not "auto", as on some platforms
         partitions = min(partitions, int(shuffle))
     return max(1, partitions)
-
-
-def _struct_field(actions: pa.Table, column: str, name: str) -> list[Any] | None:
-    """``actions[column][name]`` as Python values, or ``None`` if the log has no such field."""
-    if column not in actions.column_names:
-        return None
-    struct = actions.column(column).combine_chunks()
-    if not pa.types.is_struct(struct.type) or struct.type.get_field_index(name) < 0:
-        return None
-    values: list[Any] = struct.field(name).to_pylist()
-    if struct.null_count:  # a file without stats: every field null
-        valid = struct.is_valid().to_pylist()
-        values = [v if ok else None for v, ok in zip(values, valid, strict=True)]
-    return values
-
-
-def _widened(lo: Any, hi: Any) -> tuple[Any, Any]:
-    """Bounds made safe against writers that truncate them."""
-    if isinstance(lo, datetime.datetime) and isinstance(hi, datetime.datetime):
-        return lo - _TIMESTAMP_SLACK, hi + _TIMESTAMP_SLACK
-    if isinstance(hi, str) and len(hi) >= _STRING_BOUND_CHARS:
-        return lo, None
-    return lo, hi

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from committers.delta.table._delta_schema import DeltaField, walk
@@ -26,7 +27,16 @@ from framework.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["UpsertPlan", "check_upsert_table", "classic_session", "plan_upsert"]
+__all__ = [
+    "REPEATED_KEY",
+    "REPEATED_KEY_HINT",
+    "UpsertPlan",
+    "check_upsert_table",
+    "classic_session",
+    "plan_upsert",
+    "repeated_key",
+    "repeated_key_message",
+]
 
 log = logging.getLogger("committers.delta")
 
@@ -212,7 +222,7 @@ def check_upsert_table(
 
     Raises:
         UnsupportedTypeError: a key column of a type the upsert does not match on.
-        UnsupportedTableFeatureError: column mapping, deletion vectors, an append-only table.
+        UnsupportedTableFeatureError: column mapping, an append-only table.
         ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
     """
     shape = plan.shape
@@ -222,14 +232,6 @@ def check_upsert_table(
     problem = None
     if shape.column_mapping:
         problem = "it uses column mapping (Spark's Parquet writer has no physical names)"
-    elif table is not None and (
-        "deletionVectors" in shape.features
-        or "deletionVectors" in set(table.protocol().reader_features or ())
-    ):
-        problem = (
-            "it uses deletion vectors (the upsert reads the Parquet files directly and would "
-            "bring back the rows the vectors delete)"
-        )
     elif configuration.get(APPEND_ONLY, "false").lower() == "true":
         problem = f"it is append-only ({APPEND_ONLY}=true): its rows may not be changed"
     if problem:
@@ -341,3 +343,28 @@ def _delete_when_columns(
         )
     spelled = {n.lower(): n for n in input_schema.names}
     return tuple(dict.fromkeys(spelled[n.lower()] for n in names if n.lower() in spelled))
+
+
+REPEATED_KEY = (
+    "a key appears more than once in one upsert batch, and no sequence_by orders its changes"
+)
+REPEATED_KEY_HINT = (
+    "Give each key one change per batch, or pass sequence_by=... to keep the latest."
+)
+
+
+def repeated_key(collected: pa.Table, names: list[str]) -> tuple[Any, ...] | None:
+    """A key that appears more than once in ``collected`` (its key columns ``names``), or
+    ``None``. Keys compare as their values (no collation): as the table's files are matched."""
+    if collected.num_rows == 0:
+        return None
+    counted = collected.group_by(names).aggregate([([], "count_all")])
+    if counted.num_rows == collected.num_rows:
+        return None
+    first = pc.index(pc.greater(counted.column("count_all"), 1), True).as_py()
+    return tuple(counted.column(n)[first].as_py() for n in names)
+
+
+def repeated_key_message(keys: Sequence[str], values: tuple[Any, ...]) -> str:
+    shown = ", ".join(f"{k} = {v}" for k, v in zip(keys, values, strict=True))
+    return f"{REPEATED_KEY}: {shown}. {REPEATED_KEY_HINT}"

@@ -10,12 +10,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
+from committers.delta.read._source import spell_partition_value, vector_metadata
+from committers.delta.spark._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
 from committers.delta.spark._change_data import stage_changes
+from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
 from committers.delta.spark._scan import scan_root_path
 from committers.delta.spark._spark_staging import spark_uri
 from committers.delta.spark._upsert_plan import UpsertPlan
+from committers.delta.spark._upsert_touched import KeysToDrop
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._change_feed import (
     CHANGE_TYPE,
@@ -24,14 +29,18 @@ from committers.delta.table._change_feed import (
     UPDATE_POSTIMAGE,
     UPDATE_PREIMAGE,
 )
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, deleted_rows_of
 from committers.delta.table._delta_schema import quote, spark_type
 from committers.delta.table._rules import WritePlan
+from committers.delta.table._schema import serialize_partition_value
+from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.write._committable import StagedFile
 from committers.delta.write._options import WriterOptions
 from framework.sink import Epoch, InputPlan, PlannedColumn
 from framework.spark.connector import apply_input_plan, parquet_files
 
 if TYPE_CHECKING:
+    from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["StoredRows"]
@@ -40,6 +49,7 @@ _DELETE = "__sparksink_delete__"
 _FILE = "__sparksink_file__"
 _APPLIES = "__sparksink_applies__"
 _FILLED = "__sparksink_filled__"
+_ROW_INDEX = "__sparksink_row_index__"
 
 
 def _key(index: int) -> str:
@@ -64,8 +74,9 @@ class _LiveFile:
     logged_path: str
     path: str
     size: int
-    records: int | None
+    records: int | None  # live rows: its deletion vector's are not counted
     bounds: tuple[tuple[Any, Any] | None, ...]  # per key column; (lo, hi), None if unknown
+    deletion_vector: DeletionVectorDescriptor | None = None
 
 
 def _applies(sequence: Sequence[str]) -> Any:
@@ -93,6 +104,7 @@ class StoredRows:
     _plan: WritePlan
     _upsert: UpsertPlan
     _options: WriterOptions
+    _vector_rows: dict[tuple[str, str], np.ndarray]  # (path, vector's unique id) -> deleted rows
 
     def _with_stored_values(
         self,
@@ -140,20 +152,16 @@ class StoredRows:
         )
         return rows.join(stored, on=names, how="left")
 
-    def _file_column(self, session: SparkSession, scan: DataFrame) -> Any:
-        """The decoded path of each scanned row's file (as compaction spells it: a URI's path,
-        decoded, a literal ``+`` kept)."""
-        from pyspark.sql import functions as F
-
-        file_path = scan.metadataColumn("_metadata").getField("file_path")
-        encoded = F.parse_url(file_path, F.lit("PATH"))
-        return F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
-
     def _scan(
         self, session: SparkSession, files: list[_LiveFile], columns: list[str]
     ) -> tuple[DataFrame, dict[str, _LiveFile]]:
-        """The rows of ``files`` (``columns`` of their data, typed as the table) with the
-        decoded path of their file in ``_FILE``; and the files by that path."""
+        """The live rows of ``files`` (``columns`` of their data, typed as the table: the rows
+        their deletion vectors delete dropped) with the decoded path of their file in
+        ``_FILE``; and the files by that path.
+
+        Raises:
+            DeletionVectorError: a file's deletion vector is missing or damaged.
+        """
         from pyspark.sql import functions as F
 
         root = spark_uri(self._location.uri.rstrip("/"))
@@ -161,10 +169,35 @@ class StoredRows:
         fields = {f.name: f for f in self._plan.shape.schema.fields}
         ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
         scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
+        metadata = scan.metadataColumn("_metadata")
         scan = scan.select(
-            *[F.col(quote(c)) for c in columns], self._file_column(session, scan).alias(_FILE)
+            *[F.col(quote(c)) for c in columns],
+            decoded_path(metadata.getField("file_path")).alias(_FILE),
+            metadata.getField("row_index").alias(_ROW_INDEX),
         )
-        return scan, {f"{root_path}/{f.path}": f for f in files}
+        by_key = {f"{root_path}/{f.path}": f for f in files}
+        deleted = self._deleted_rows(files)
+        vectors = {key: deleted[f.path] for key, f in by_key.items() if f.path in deleted}
+        # Every file is mapped: a row of a file the map does not spell fails the query.
+        scan = drop_deleted_rows(session, scan, _FILE, _ROW_INDEX, vectors, every_file=list(by_key))
+        return scan.drop(_ROW_INDEX), by_key
+
+    def _deleted_rows(self, files: Sequence[_LiveFile]) -> dict[str, np.ndarray]:
+        """Decoded path -> sorted row indexes its deletion vector deletes, of those of
+        ``files`` with one (read once per vector by this stager)."""
+        cache = self._vector_rows
+        wanted = {
+            f.path: f.deletion_vector
+            for f in files
+            if f.deletion_vector is not None and (f.path, f.deletion_vector.unique_id) not in cache
+        }
+        for path, rows in deleted_rows_of(self._location, wanted).items():
+            cache[(path, wanted[path].unique_id)] = rows
+        return {
+            f.path: cache[(f.path, f.deletion_vector.unique_id)]
+            for f in files
+            if f.deletion_vector is not None
+        }
 
     def _partitions(
         self, session: SparkSession, by_key: dict[str, _LiveFile], actions: pa.Table
@@ -290,4 +323,56 @@ class StoredRows:
             epoch,
             expected_rows=expected_rows,
             what=f"the upsert into {self._location.uri}",
+        )
+
+    def _rewrite_kept(
+        self,
+        session: SparkSession,
+        table: DeltaTable,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        drop: KeysToDrop,
+        directory: str,
+    ) -> Rewritten:
+        """The touched files' rows whose key the batch does not name, rewritten by Python
+        tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
+        partition_by = list(self._plan.shape.partition_by)
+        typed: list[list[Any]] = []
+        if partition_by:  # (an unpartitioned table's actions have no partition column)
+            struct = actions.take([f.index for f in touched]).column("partition").combine_chunks()
+            typed = [struct.field(c).to_pylist() for c in partition_by]
+        groups = [
+            GroupToRewrite(
+                index=i,
+                files=((f.path, f.size),),
+                vectors=(
+                    ()
+                    if f.deletion_vector is None
+                    else ((f.path, tuple(vector_metadata(f.deletion_vector).items())),)
+                ),
+                partition_values=tuple(
+                    (c, serialize_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
+                ),
+                read_values=tuple(
+                    (c, spell_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
+                ),
+            )
+            for i, f in enumerate(touched)
+        ]
+        snapshot = Snapshot(
+            self._location,
+            table.version(),
+            self._plan.shape,
+            reader_features(table)[1],
+            table.schema().to_json(),
+        )
+        return rewrite_groups(
+            session,
+            snapshot,
+            self._plan.layout,
+            groups,
+            self._options,
+            directory,
+            operation="the upsert",
+            row_filter=drop,
         )

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._deletion_vectors import keep_mask
 
 __all__ = [
     "DRIVER_MAX_BYTES",
@@ -72,12 +73,14 @@ class SequenceColumn:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A file to check: its path relative to the table root, size, and its value of each
-    partition key column (``None`` for data columns)."""
+    """A file to check: its path relative to the table root, size, its value of each
+    partition key column (``None`` for data columns), and the sorted row indexes its deletion
+    vector deletes (``None``: no vector), which match nothing."""
 
     path: str
     size: int
     partition_values: tuple[Any, ...]
+    deleted: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,9 @@ def _keys_of(
             return pa.table({})  # a key column added after this file was written: all NULL
         stored = [s.name for s in sequence if s.name in in_file]
         read = parquet.read(columns=[*data, *stored], use_threads=False)
+    live = None if candidate.deleted is None else keep_mask(candidate.deleted, 0, read.num_rows)
+    if live is not None:
+        read = read.filter(pa.array(live))
     rows = read.num_rows
     columns = []
     try:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from framework.errors import SinkError
 from framework.sink import Epoch
 
@@ -64,13 +65,18 @@ class ReplacedFile:
         path: decoded and relative to the table root: what a ``RemoveAction`` names (delta-rs
             encodes it back into ``logged_path``).
         size: file size in bytes.
-        num_records: rows, from the file's stats (``None`` if the log does not say).
+        num_records: live rows, from the file's stats less those its deletion vector
+            deletes (``None`` if the log does not say).
+        deletion_vector: the file's deletion vector when it was read: the remove names it
+            (the logical file is the path and the vector), and a different vector at commit
+            time means rows were deleted meanwhile.
     """
 
     logged_path: str
     path: str
     size: int
     num_records: int | None = None
+    deletion_vector: DeletionVectorDescriptor | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
