@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BOOTSTRAP := sh tools/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 
-.PHONY: demo test lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars
+.PHONY: demo test check lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars
 
 prereqs:
 	@sh tools/check-prereqs.sh "$(PYTHON)"
@@ -43,6 +43,12 @@ jars: runtime-venv
 # (xdist_group "kills_processes") while the rest share both.
 test: dev-venv lint typecheck jars
 	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=15
+
+# The fast tier for the edit-test loop: lint, types and the tests that need neither Spark nor
+# the S3 server nor many seconds (the engine-agnostic core, the codecs, the log writer, the
+# async sinks against a real HTTP server). `make test` runs everything before a change lands.
+check: dev-venv lint typecheck
+	$(VENV)/bin/pytest -n 2 -q -m "not spark and not integration and not slow"
 
 # The benchmarks start the S3 server and the throttling HTTP server of the test suite.
 bench: dev-venv
