@@ -8,11 +8,15 @@ live rows replaced, never a deleted one."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from committers.delta import DeltaSink
+import pytest
+from deltalake import DeltaTable
+
+from committers.delta import DeletionVectorError, DeltaSink
 from committers.delta.commit import _committer
 from committers.delta.spark import _upsert_touched
+from committers.tests._delta_helpers import assert_no_orphans
 from committers.tests._delta_spark import comparable
 from committers.tests.delta.interop.test_interop_deletion_vectors_rewrite import (
     _dv_table,
@@ -171,3 +175,26 @@ def test_the_change_feed_of_an_upsert_reports_live_rows_only(delta_spark, tmp_pa
     cdc = [a["cdc"] for a in _log(uri, 3) if "cdc" in a]
     removes = [a["remove"] for a in _log(uri, 3) if "remove" in a]
     assert cdc and removes and all(r.get("deletionVector") for r in removes)
+
+
+@MATCHED_BY
+def test_a_damaged_vector_fails_the_upsert_naming_it_with_nothing_committed(
+    delta_spark, tmp_path, monkeypatch, matched_by
+):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri)
+    (vector_file,) = Path(uri).glob("deletion_vector_*.bin")  # (the DELETE's, for every file)
+    damaged = bytearray(vector_file.read_bytes())
+    for vector in _live_vectors(uri, 1).values():  # a byte of each bitmap, past its size
+        assert vector is not None
+        damaged[vector["offset"] + 4 + 6] ^= 0xFF
+    vector_file.write_bytes(bytes(damaged))
+    _match_in(monkeypatch, matched_by)
+
+    changes = [(0, "0", -1.0, "U"), (5000, "2", 5.0, "I")]
+    with pytest.raises(DeletionVectorError, match=r"deletion vector .*part-") as raised:
+        _upsert(uri).write(spark.createDataFrame(changes, CHANGES))
+    assert "CRC-32" in str(raised.value)
+    assert DeltaTable(uri).version() == 1  # nothing committed
+    assert_no_orphans(uri)  # nothing staged left behind
