@@ -17,15 +17,18 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta.commit._change_data_commit import live_removes
-from committers.delta.commit._sequence import POST_COMMIT, write_transaction
+from committers.delta.commit._sequence import POST_COMMIT, files_gone, write_transaction
 from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._change_feed import writes_change_data
+from committers.delta.table._deletion_vectors import unique_id
+from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
 from committers.delta.table._rules import TableShape, WritePlan
 from committers.delta.table._schema import serialize_partition_value
+from committers.delta.table._snapshot import reader_features
 from committers.delta.table._table import removal_path
 from committers.delta.write._committable import (
     DeltaCommittable,
@@ -37,7 +40,7 @@ from committers.delta.write._options import Staging, WriterOptions
 from framework.errors import DestinationError
 from framework.sink import Epoch
 
-__all__ = ["ReplacementCommits"]
+__all__ = ["ReplacementCommits", "check_still_live"]
 
 log = logging.getLogger("committers.delta")
 
@@ -247,3 +250,28 @@ class ReplacementCommits:
 class _StaleRewrite(Exception):
     """A file an upsert replaces is no longer live: the batch was computed on rows another
     writer has changed since. Never committed; handled by :meth:`_commit_one`."""
+
+
+def check_still_live(table: DeltaTable, location: TableLocation, rewrite: Rewrite) -> None:
+    """Every file ``rewrite`` replaces is live in ``table``'s snapshot (where the commit, made
+    with ``max_commit_retries=0``, lands right on top), with the deletion vector it was read
+    with: a file given a new vector meanwhile had rows deleted since (the logical file is the
+    path and the vector, PROTOCOL.md).
+
+    Raises:
+        _StaleRewrite: naming the files another commit removed or deleted rows of.
+    """
+    gone = files_gone(table, [f.logged_path for f in rewrite.replaced])
+    if not gone and rewrite.replaced and rewrite.read_version != table.version():
+        now = table_deletion_vectors(location, reader_features(table)[1], table.version())
+        gone = [
+            f.logged_path
+            for f in rewrite.replaced
+            if unique_id(now.get(f.path)) != unique_id(f.deletion_vector)
+        ]
+    if gone:
+        raise _StaleRewrite(
+            f"{len(gone)} of the {len(rewrite.replaced)} files it rewrites were removed or "
+            f"had rows deleted by another commit after version {rewrite.read_version} (e.g. "
+            f"{gone[:3]}), so it was computed on rows that have changed since."
+        )

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from deltalake import DeltaTable
 
+from committers.delta.commit._log_commits import epoch_key
 from committers.delta.commit._log_maintenance import newest_handle
 from committers.delta.storage._staging import (
     epoch_staging_dir,
@@ -53,7 +54,14 @@ from framework.connector import crash_point
 from framework.retry import Backoff, Verdict, retry_call
 from framework.sink import Epoch
 
-__all__ = ["EXIT_WAIT", "MAX_PENDING", "StagingCleaner", "remove_leftovers", "wait_all_idle"]
+__all__ = [
+    "EXIT_WAIT",
+    "MAX_PENDING",
+    "StagingCleaner",
+    "StagingCleanups",
+    "remove_leftovers",
+    "wait_all_idle",
+]
 
 log = logging.getLogger("committers.delta")
 
@@ -277,3 +285,70 @@ def _stop_all_at_exit() -> None:
                 cleaner._location,
                 EXIT_WAIT,
             )
+
+
+class StagingCleanups:
+    """The clean-up of an epoch's staging by the Delta global committer, mixed into
+    :class:`~committers.delta.commit._committer.DeltaGlobalCommitter`, which defines the
+    attributes and the methods declared here."""
+
+    _location: TableLocation
+    _cleaner: StagingCleaner
+    _committed_paths: dict[tuple[str, str, int], set[str]]
+    _committed_attempts: dict[tuple[str, str, int], set[int]]
+    _read_before: dict[tuple[str, str, int], int]
+
+    def table(self) -> DeltaTable | None:
+        raise NotImplementedError
+
+    def _holds_run(self, table: DeltaTable, epoch: Epoch) -> bool:
+        raise NotImplementedError
+
+    def _committed_files(self, epoch: Epoch) -> tuple[bool, set[str] | None]:
+        """(is ``epoch`` committed, the files its commit references). The files are ``None``
+        when the epoch is committed but its commit is no longer in recent history."""
+        known = self._committed_paths.get(epoch_key(epoch))
+        if known is not None:
+            return True, known
+        table = self.table()
+        if epoch.one_off:
+            if table is not None and self._holds_run(table, epoch):
+                return True, self._committed_paths[epoch_key(epoch)]
+            return False, set()
+        last = None if table is None else table.transaction_version(epoch.app_id)
+        if table is None or last is None or last < epoch.epoch_id:
+            return False, set()
+        record, _ = find_commit(table, epoch.app_id, epoch.epoch_id)
+        return True, None if record is None else added_paths(self._location, record.version)
+
+    def clean_up(self, epoch: Epoch) -> None:
+        """Delete staged files of ``epoch`` that no commit references, then their manifests
+        (see :func:`remove_leftovers`).
+
+        A committed micro-batch on an object store is handed to the background cleaner
+        (:class:`StagingCleaner`) instead: its commit step does not wait for the listing and
+        deletes; :meth:`close` does.
+        """
+        attempts = self._committed_attempts.pop(epoch_key(epoch), set())
+        committed, committed_files = self._committed_files(epoch)
+        self._committed_paths.pop(epoch_key(epoch), None)
+        self._read_before.pop(epoch_key(epoch), None)
+        if committed and committed_files is not None and self._cleans_in_background(epoch):
+            self._cleaner.hand_over(epoch, committed_files, attempts)
+            return
+        remove_leftovers(
+            self._location,
+            epoch,
+            committed=committed,
+            committed_files=committed_files,
+            committed_attempts=attempts,
+        )
+
+    def _cleans_in_background(self, epoch: Epoch) -> bool:
+        """Micro-batches on object stores (where clean-up costs requests) are cleaned up by
+        the worker; bounded writes and local tables synchronously."""
+        return not epoch.bounded and not self._location.is_local
+
+    def abort(self, epoch: Epoch) -> None:
+        """Same as :meth:`clean_up`: whatever the table does not reference is deleted."""
+        self.clean_up(epoch)

@@ -6,6 +6,7 @@ each epoch the engine runs."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable
 from types import FrameType
@@ -21,12 +22,18 @@ from framework import TwoPhaseSink
 
 pytestmark = [pytest.mark.spark]
 
-COMMITTER_FILE = committer_module.__file__
+#: The committer's class and the parts mixed into it (one module each).
+COMMITTER_FILES = frozenset(
+    inspect.getfile(part)
+    for part in committer_module.DeltaGlobalCommitter.__mro__
+    if part.__module__.startswith("committers.delta.commit.")
+)
 
 
 def _entries_per_epoch(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """Per epoch the engine runs: the functions of ``commit/_committer.py`` entered from
-    outside it (a call whose caller is in another module), in order."""
+    """Per epoch the engine runs: the functions of the committer (``commit/_committer.py`` and
+    the modules mixed into its class) entered from outside it (a call whose caller is in another
+    module), in order."""
     epochs: list[list[str]] = []
     original = TwoPhaseSink._run_epoch
 
@@ -35,10 +42,10 @@ def _entries_per_epoch(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
         epochs.append(entered)
 
         def profile(frame: FrameType, event: str, _: object) -> None:
-            if event != "call" or frame.f_code.co_filename != COMMITTER_FILE:
+            if event != "call" or frame.f_code.co_filename not in COMMITTER_FILES:
                 return
             caller = frame.f_back
-            if caller is None or caller.f_code.co_filename != COMMITTER_FILE:
+            if caller is None or caller.f_code.co_filename not in COMMITTER_FILES:
                 entered.append(frame.f_code.co_name)
 
         previous: Callable[..., Any] | None = sys.getprofile()

@@ -1,0 +1,191 @@
+"""What the Delta global committer's commits carry and check first (moved out of
+``_committer``): the commitInfo (txn, the sink's keys, delta-spark's operation parameters and
+metrics, the user's metadata) and the re-check, right before a commit, that the table still
+asks for what the rows were staged under (schema merge included). Mixed into
+:class:`~committers.delta.commit._committer.DeltaGlobalCommitter` as :class:`CommitRules`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Field, Transaction
+
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._protocol import check_appends_only, check_replaceable
+from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
+from committers.delta.table._rules import TableShape, WritePlan, plan_write
+from committers.delta.table._schema import OptionSpelling, SchemaMode, merge_schemas
+from committers.delta.table._table import (
+    COMMIT_APP_ID,
+    COMMIT_EPOCH_ID,
+    COMMIT_RUN_ID,
+    COMMIT_WRITER,
+)
+from committers.delta.write._committable import DeltaCommittable, Rewrite
+from framework.connector import crash_point
+from framework.errors import CommitConflictError
+from framework.sink import Epoch
+
+__all__ = ["CommitRules"]
+
+log = logging.getLogger("committers.delta")
+
+
+class CommitRules:
+    """The commitInfo and the pre-commit checks of the Delta global committer, mixed into
+    :class:`~committers.delta.commit._committer.DeltaGlobalCommitter`, which defines the
+    attributes and the method declared here."""
+
+    _location: TableLocation
+    _plan: WritePlan
+    _input_schema: pa.Schema
+    _schema_mode: SchemaMode
+    _spelling: OptionSpelling
+    _overwrite: bool
+    _replace_where: ReplaceWhere | None
+    _user_metadata: str | None
+
+    def _replaces_all(self, epoch: Epoch) -> bool:
+        raise NotImplementedError
+
+    def _commit_properties(
+        self,
+        committable: DeltaCommittable,
+        *,
+        removed_files: int = 0,
+        retries: int | None = None,
+        deleted_rows: int | None = None,
+    ) -> CommitProperties:
+        """The txn that makes the commit idempotent; our keys, delta-spark's streaming
+        operation parameters and metrics, and the user's metadata in its commitInfo. A one-off
+        epoch records no txn and of our keys only its run id (its app id is made up)."""
+        epoch = committable.epoch
+        files = committable.files
+        keys = {COMMIT_RUN_ID: epoch.run_id}
+        if not epoch.one_off:
+            keys = {
+                COMMIT_APP_ID: epoch.app_id,
+                COMMIT_EPOCH_ID: str(epoch.epoch_id),
+                COMMIT_WRITER: epoch.writer_identity,
+                **keys,
+            }
+        metadata: dict[str, Any] = {
+            **keys,
+            # A replay check reads only txns; complete mode replaces what it read, an upsert
+            # rewrites the files holding its keys.
+            "isBlindAppend": epoch.output_mode == "append"
+            and not self._overwrite
+            and committable.rewrite is None,
+            "operationParameters": _operation_parameters(
+                epoch, self._replace_where, committable.rewrite
+            ),
+            "operationMetrics": {  # strings, as delta-spark writes them
+                "numFiles": str(len(files)),
+                "numAddedFiles": str(len(files)),
+                "numRemovedFiles": str(removed_files),
+                "numOutputRows": str(sum(f.num_records for f in files)),
+                "numOutputBytes": str(sum(f.size for f in files)),
+            },
+        }
+        if committable.rewrite is not None:
+            metadata["operationMetrics"].update(
+                {name: str(value) for name, value in committable.rewrite.metrics.items()}
+            )
+            if committable.rewrite.read_version is not None:
+                metadata["readVersion"] = committable.rewrite.read_version
+        if deleted_rows is not None:
+            metadata["operationMetrics"]["numDeletedRows"] = str(deleted_rows)
+        user_metadata = epoch.user_metadata or self._user_metadata
+        if user_metadata:
+            metadata["userMetadata"] = user_metadata
+        return CommitProperties(
+            app_transactions=None if epoch.one_off else [Transaction(epoch.app_id, epoch.epoch_id)],
+            custom_metadata=metadata,
+            max_commit_retries=0 if epoch.one_off else retries,
+        )
+
+    def _check_plan(self, shape: TableShape, epoch: Epoch) -> None:
+        """Commit only if the table (``shape``, as it is now) still asks for exactly what the
+        rows were staged under: a constraint, feature or schema change since staging fails the
+        batch, nothing committed.
+
+        Raises:
+            CommitConflictError: the table's rules changed; a restart re-stages the batch under
+                the new rules (and reports the rows that break them).
+            UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
+                input can no longer be written at all.
+        """
+        self._check_replaceable(dict(shape.configuration), epoch)
+        if self._replaces_all(epoch):
+            check_appends_only(shape.features, self._location.uri, "output_mode='complete'")
+        current = plan_write(
+            shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
+        )
+        if self._replace_where is not None:
+            current, _ = with_replace_where(current, self._replace_where, self._location.uri)
+        staged = self._plan
+        if (current.input_plan, current.layout) == (staged.input_plan, staged.layout):
+            return
+        raise CommitConflictError(
+            f"the table {self._location.uri} changed while batch {epoch.epoch_id} of "
+            f"{epoch.app_id!r} was being staged (its schema, constraints, generated columns, "
+            "column mapping or features), so the staged rows were checked against rules that "
+            "no longer hold. Nothing was committed; restarting the query re-stages the batch "
+            "under the table's current rules."
+        )
+
+    def _check_replaceable(self, configuration: Mapping[str, str], epoch: Epoch) -> None:
+        """Refuse an epoch that replaces the table's rows if the table is append-only.
+
+        Raises:
+            UnsupportedTableFeatureError: see :func:`check_replaceable`.
+        """
+        if self._overwrite:
+            check_replaceable(configuration, self._location.uri, "mode='overwrite'")
+        elif epoch.output_mode == "complete":
+            check_replaceable(configuration, self._location.uri, "output_mode='complete'")
+
+    def _evolve_schema(self, table: DeltaTable) -> TableShape:
+        """In merge mode, first add the input's new columns to the table; returns the table's
+        shape after that.
+
+        Adding columns is its own metadata-only commit (delta-rs cannot attach a schema change
+        to a write transaction). It is idempotent: after a crash the columns exist and are not
+        added again; all new columns are nullable, so no reader sees invalid data.
+        """
+        shape = TableShape.of_table(table)
+        current = shape.arrow_schema()
+        merged = merge_schemas(
+            current, self._input_schema, self._schema_mode, shape.generated_columns, self._spelling
+        )
+        if len(merged) > len(current):
+            new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
+            table.alter.add_columns(new_fields)
+            crash_point("schema_merge")
+            table.update_incremental()
+            log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
+            return TableShape.of_table(table)
+        return shape
+
+
+def _operation_parameters(
+    epoch: Epoch, replace_where: ReplaceWhere | None, rewrite: Rewrite | None = None
+) -> dict[str, str]:
+    """delta-spark's STREAMING UPDATE parameters, or a replaceWhere's ``predicate`` as the
+    text given (as delta-spark and delta-rs record a WRITE's; merged into delta-rs's own
+    ``mode``); an upsert's ``upsertKeys``. A one-off epoch has no id."""
+    if epoch.bounded:
+        parameters = {} if epoch.one_off else {"epochId": str(epoch.epoch_id)}
+        if replace_where is not None:
+            parameters["predicate"] = replace_where.text
+    else:
+        parameters = {"outputMode": epoch.output_mode.capitalize(), "epochId": str(epoch.epoch_id)}
+        if epoch.query_id is not None:
+            parameters["queryId"] = epoch.query_id
+    if rewrite is not None and rewrite.keys:
+        parameters["upsertKeys"] = json.dumps(list(rewrite.keys))
+    return parameters
