@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from committers.delta.commit._auto_compact import AutoCompactor
 from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
+from committers.delta.commit._log_append import LogStore
 from committers.delta.commit._vacuum import vacuum_table
 from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._spark_staging import SparkParquetStager, hadoop_can_write
@@ -405,7 +406,13 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 plan, self.replace_where, self.location.uri
             )
         if self._upsert is not None:
-            check_upsert_table(self._upsert, plan, table, self.location.uri)
+            check_upsert_table(
+                self._upsert,
+                plan,
+                table,
+                self.location.uri,
+                log_writable=LogStore.supports(self.location),
+            )
         self._plan = plan
         self._input_schema = schema
 

@@ -216,13 +216,21 @@ def _filled_columns(
 
 
 def check_upsert_table(
-    upsert: UpsertPlan, plan: WritePlan, table: DeltaTable | None, table_uri: str
+    upsert: UpsertPlan,
+    plan: WritePlan,
+    table: DeltaTable | None,
+    table_uri: str,
+    *,
+    log_writable: bool,
 ) -> None:
-    """Refuse tables an upsert cannot rewrite exactly (see the Raises).
+    """Refuse tables an upsert cannot rewrite exactly (see the Raises). ``log_writable``:
+    whether the sink's own log writer can commit to the table's storage (the removes of files
+    with deletion vectors need it: delta-rs cannot spell them).
 
     Raises:
         UnsupportedTypeError: a key column of a type the upsert does not match on.
-        UnsupportedTableFeatureError: column mapping, an append-only table.
+        UnsupportedTableFeatureError: column mapping, an append-only table, deletion vectors
+            on storage the log writer cannot commit to.
         ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
     """
     shape = plan.shape
@@ -232,6 +240,16 @@ def check_upsert_table(
     problem = None
     if shape.column_mapping:
         problem = "it uses column mapping (Spark's Parquet writer has no physical names)"
+    elif (
+        table is not None
+        and not log_writable
+        and "deletionVectors" in set(table.protocol().reader_features or ())
+    ):
+        problem = (
+            "it uses deletion vectors, and the remove of a rewritten file must name its vector, "
+            "which delta-rs cannot write; the sink writes such commits itself only on local "
+            "and S3 storage"
+        )
     elif configuration.get(APPEND_ONLY, "false").lower() == "true":
         problem = f"it is append-only ({APPEND_ONLY}=true): its rows may not be changed"
     if problem:

@@ -464,6 +464,30 @@ def test_an_append_only_table_is_refused(spark, tmp_path) -> None:
     _assert_clean(uri)
 
 
+def test_deletion_vectors_on_storage_the_log_writer_cannot_commit_to_are_refused(
+    spark, tmp_path, monkeypatch
+) -> None:
+    """The removes of files with deletion vectors are written by the sink's log writer (local
+    and S3 only): on other storage (simulated here) the upsert is refused before any work,
+    not after staging the batch."""
+    from committers.delta.commit._log_append import LogStore
+
+    uri = str(tmp_path / "table")
+    DeltaTable.create(
+        uri,
+        schema=pa.schema([("id", pa.int64()), ("name", pa.string())]),
+        configuration={"delta.enableDeletionVectors": "true"},
+    )
+    monkeypatch.setattr(LogStore, "supports", staticmethod(lambda location: False))
+    version = DeltaTable(uri).version()
+    with pytest.raises(UnsupportedTableFeatureError, match="it uses deletion vectors"):
+        TwoPhaseSink(DeltaSink(uri, mode="upsert", keys=["id"])).write(
+            spark.createDataFrame([(1, "x")], "id long, name string")
+        )
+    assert DeltaTable(uri).version() == version
+    _assert_clean(uri)
+
+
 @CHANGES_BY
 def test_null_keys_and_unordered_repeated_keys_fail_the_batch_with_nothing_committed(
     spark, tmp_path, monkeypatch, keys_limit
