@@ -353,9 +353,9 @@ def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path):
 
 
 def test_deletion_vectors(delta_spark, tmp_path):
-    """After delta-spark's DELETE left a deletion vector: appends work, the upsert refuses
-    the table, and an overwrite removes the file together with its vector (compaction of such
-    tables: test_interop_deletion_vectors_rewrite.py)."""
+    """After delta-spark's DELETE left a deletion vector: appends work, an upsert rewrites the
+    file without the deleted row and removes it together with its vector, and so does an
+    overwrite (more in test_interop_deletion_vectors_upsert.py and _rewrite.py)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _id_v_table(
@@ -369,12 +369,18 @@ def test_deletion_vectors(delta_spark, tmp_path):
     _append(uri, spark.createDataFrame([(4, 4)], ROWS))
     expected = [{"id": i, "v": i} for i in (1, 3, 4)]
     assert _read_by_spark_and_duckdb(spark, uri) == comparable(expected)
-    changes = spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING")
-    version = _log_version(uri)
-    with pytest.raises(UnsupportedTableFeatureError, match="deletion vectors"):
-        _upsert(uri, changes)
-    assert _log_version(uri) == version
 
+    # (1 and 3 both changed: whichever the vector's file holds besides 2 is touched)
+    _upsert(uri, spark.createDataFrame([(1, 10, "U"), (3, 30, "U")], ROWS + ", op STRING"))
+    removed = {r["path"]: r for r in _log_actions(uri, _log_version(uri), "remove")}
+    assert removed[with_vector["path"]]["deletionVector"] == with_vector["deletionVector"]
+    expected = [{"id": 1, "v": 10}, {"id": 3, "v": 30}, {"id": 4, "v": 4}]
+    assert _read_by_spark_and_duckdb(spark, uri) == comparable(expected)  # 2 stays deleted
+
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 3")  # a vector on a file of the upsert's
+    (with_vector,) = [
+        a for a in _log_actions(uri, _log_version(uri), "add") if a.get("deletionVector")
+    ]
     result = _overwrite(uri, spark.createDataFrame([(5, 5)], ROWS))
     removed = {r["path"]: r for r in _log_actions(uri, result.version, "remove")}
     assert removed[with_vector["path"]]["deletionVector"] == with_vector["deletionVector"]
