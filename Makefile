@@ -67,8 +67,9 @@ bench-delta-spark: dev-venv jars
 	$(PY) benchmarks/vs_delta_spark.py all
 
 # The crash-point campaign (docs/reliability.md): SEED picks the kill plan, CYCLES the killed runs,
-# STAGING auto|spark|arrow|mixed, SOURCE json|delta (JSON files, or a Delta table read by the
-# "deltalake" format); S3_FAULTS=0.1 puts the table on a local S3 server behind the fault proxy
+# STAGING auto|spark|arrow|mixed, SOURCE json|delta|changes (JSON files, a Delta table read by
+# the "deltalake" format, or JSON changes upserted into a table with deletion vectors and the
+# change data feed on); S3_FAULTS=0.1 puts the table on a local S3 server behind the fault proxy
 # at that rate.
 SEED ?= 1
 CYCLES ?= 40

@@ -11,8 +11,10 @@ Scenarios (each its own sub-command; ``all`` runs them in turn):
 * ``upsert``: CHANGES (default 100,000) changes, 80 % updates of ids in 5 % of the files and
   20 % inserts, into tables of each of SIZES rows (default 1M,10M,30M; ``--sizes``):
   ``DeltaSink(mode="upsert", keys=["id"])`` vs ``MERGE INTO ... UPDATE SET * / INSERT *``
-  with deletion vectors off and on (ours never writes deletion vectors: it runs on the copy
-  without them). Every side must end with the same rows (count, sums of id and k).
+  with deletion vectors off and on: ours copy-on-write on the copy without them, and
+  merge-on-read on the copy with them (``delta.enableDeletionVectors``: the replaced rows
+  marked in vectors, as delta-spark's ``MERGE`` there). Every side must end with the same
+  rows (count, sums of id and k).
 * ``compact``: FILES small files (default 200) of ROWS rows in all: ``DeltaSink.compact``
   (Python tasks, and ``staging="spark"``) vs ``OPTIMIZE``.
 * ``scan``: a full scan of ROWS rows (noop sink): ``read_table`` and
@@ -231,10 +233,12 @@ class Bench:
         results: dict[str, tuple] = {}
         sides = {
             "ours (upsert)": self._checked(results, ours),
+            "ours (upsert, DV on: merge-on-read)": self._checked(results, ours),
             "delta-spark MERGE, DV off": self._checked(results, merge),
             "delta-spark MERGE, DV on": self._checked(results, merge),
         }
         prepare = {
+            "ours (upsert, DV on: merge-on-read)": deletion_vectors(True),
             "delta-spark MERGE, DV off": deletion_vectors(False),
             "delta-spark MERGE, DV on": deletion_vectors(True),
         }
@@ -243,7 +247,8 @@ class Bench:
         changes.unpersist()
         pairs = [
             ("delta-spark MERGE, DV off", "ours (upsert)"),
-            ("delta-spark MERGE, DV on", "ours (upsert)"),
+            ("delta-spark MERGE, DV on", "ours (upsert, DV on: merge-on-read)"),
+            ("ours (upsert)", "ours (upsert, DV on: merge-on-read)"),
         ]
         title = f"upsert of {self.args.changes} changes into {size} rows ({files} files)"
         report(title, times, pairs, load, self.args.force)

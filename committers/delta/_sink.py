@@ -21,6 +21,7 @@ from committers.delta.commit._vacuum import vacuum_table
 from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._spark_staging import SparkParquetStager, hadoop_can_write
 from committers.delta.spark._upsert import UpsertStager
+from committers.delta.spark._upsert_marks import DeletionVectorMode, check_deletion_vector_mode
 from committers.delta.spark._upsert_plan import (
     UpsertPlan,
     check_upsert_table,
@@ -185,6 +186,11 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         partial_updates: with ``mode="upsert"``: the input may lack table columns; an updated
             row keeps its stored values of them (an inserted row gets NULL). Off by default:
             an input lacking a table column is refused.
+        deletion_vectors: with ``mode="upsert"``: ``"auto"`` (default) marks the rows a batch
+            replaces in deletion vectors, writing only its new rows (merge-on-read, as
+            delta-spark's ``MERGE``), where the table enables them
+            (``delta.enableDeletionVectors=true``) and is on local or S3 storage; ``"off"``
+            always rewrites the files holding them (copy-on-write).
         upsert: with ``mode="upsert"``: ``keys``, ``sequence_by``, ``delete_when`` and
             ``partial_updates`` as one ``UpsertSpec`` value
             (``committers.delta.write.UpsertSpec``), instead of the keywords.
@@ -233,6 +239,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         delete_when: str | None = None,
         partial_updates: bool = False,
         upsert: UpsertSpec | None = None,
+        deletion_vectors: DeletionVectorMode = "auto",
         unsafe_skip_conditional_put_check: bool = False,
         auto_compact: bool | AutoCompact | None = None,
         **unknown: object,
@@ -298,6 +305,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 "staging='auto' (Python tasks rewrite the kept rows of the files it touches) "
                 "or 'spark' (Spark's reader and writer do all of it)."
             )
+        check_deletion_vector_mode(deletion_vectors)
+        self.deletion_vectors: DeletionVectorMode = deletion_vectors
         self._upsert: UpsertPlan | None = None
         self.mode: WriteMode = mode
         self.replace_where = None if replace_where is None else ReplaceWhere.parse(replace_where)
@@ -403,7 +412,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             check_replaceable(dict(shape.configuration), self.location.uri, "mode='overwrite'")
         if self.replace_where is not None:
             plan, self.replace_where = with_replace_where(
-                plan, self.replace_where, self.location.uri
+                plan,
+                self.replace_where,
+                self.location.uri,
+                log_writable=LogStore.supports(self.location),
             )
         if self._upsert is not None:
             check_upsert_table(
@@ -542,6 +554,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 self._bytes_per_row,
                 self.staging,
                 snapshot=None if committer is None else committer.snapshot,
+                deletion_vectors=self.deletion_vectors,
             )
         if self.staging == "arrow":
             return None

@@ -5,7 +5,7 @@ restarted from its checkpoint; at the end the table is checked against its sourc
 Usage (``make campaign`` runs it)::
 
     python -m committers.tests._campaign --seed 7 --cycles 40 [--staging auto|spark|arrow|mixed]
-        [--source json|delta] [--workdir DIR] [--json REPORT.json]
+        [--source json|delta|changes] [--workdir DIR] [--json REPORT.json]
 
 Each cycle adds source files of fresh unique ids, then runs the job with one kill planned: a
 named step (``SPARKSINK_CRASH_AT``, see ``framework._crash``) or, for ``random``, a timer in
@@ -21,6 +21,14 @@ delta-rs appends to, one commit per file, read through the ``"deltalake"`` forma
 plans a batch whose offsets Spark just wrote): the very first run is killed there, right after
 ``offsets/0``, before anything is committed, and the source is compacted while the job is down
 (then, and before a third of the cycles, seeded).
+
+The ``changes`` source is a directory of JSON files of *changes* (inserts of new ids, updates
+and deletes of live ones, re-inserts of deleted ones, each with a global sequence number),
+upserted by key into a table that enables deletion vectors and the change data feed: each
+batch marks the rows it replaces in vectors (merge-on-read) and writes change files. The check
+compares the table with the changes applied in order, and its change feed (read by delta-rs)
+with the changes: every insert and update exactly once, every delete of a live row exactly
+once, nothing else.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from framework._crash import CRASH_STEPS, CRASH_VARIABLE, LOG_VARIABLE
 
@@ -49,7 +58,18 @@ RANDOM = "random"
 KINDS = (*CRASH_STEPS, RANDOM)
 #: Only a source of this framework (the "deltalake" format) reaches ``offsets_written``.
 JSON_KINDS = tuple(kind for kind in KINDS if kind != "offsets_written")
-SOURCES = ("json", "delta")
+SOURCES = ("json", "delta", "changes")
+#: The steps an upsert stream passes (no schema merges, no blind appends, no compactions).
+CHANGE_KINDS = (
+    "replay_check",
+    "staging",
+    "before_commit",
+    "commit_write",
+    "after_commit",
+    "clean_up",
+    "checkpoint_started",
+    RANDOM,
+)
 IDS_PER_FILE = 20
 RUN_TIMEOUT_SECONDS = 300
 #: The last, unkilled run drains every batch the killed runs left (their backlog grows with
@@ -78,6 +98,9 @@ class CampaignReport:
     lost: int = 0
     unexpected: int = 0
     orphans_removed: int = 0  # staged files of killed runs that remove_orphan_files deleted
+    wrong_values: int = 0  # (changes source) rows whose value is not the latest change's
+    feed_changes: int = 0  # (changes source) rows of the change feed
+    feed_wrong: int = 0  # (changes source) changes missing from the feed, or there twice
     orphans_left: int = 0  # files on disk the table does not reference, after that
     drain_runs: int = 0  # runs the final drain took (each but the last killed at the timeout)
     table_version: int = -1
@@ -94,6 +117,7 @@ class CampaignReport:
             and self.duplicates == self.lost == self.unexpected == self.orphans_left == 0
             and self.rows_deltalake == self.rows_expected
             and self.rows_duckdb in (None, self.rows_expected)
+            and self.wrong_values == self.feed_wrong == 0
         )
 
 
@@ -150,6 +174,80 @@ class _Source:
 
         DeltaTable(str(self.directory)).optimize.compact()
         self.compactions += 1
+
+
+class _ChangeSource(_Source):
+    """JSON files of changes by key (``id``, ``day`` = its partition, ``v``, a global
+    ``seq``, ``op`` I/U/D), and what applying them in order gives: the live rows, the changes
+    the table's feed must report once each."""
+
+    def __init__(self, directory: Path, rng: random.Random) -> None:
+        super().__init__(directory, "json")
+        self.kind = "changes"  # (what the driver reads them as)
+        self.modified = 0  # nanoseconds: the newest file's modification time
+        self.rng = rng
+        self.seq = 0
+        self.live: dict[int, tuple[str, int]] = {}  # id -> (v, seq of the row)
+        self.deleted: list[int] = []
+        self.written: Counter[tuple[int, int]] = Counter()  # (id, seq): inserts and updates
+        self.removed: Counter[tuple[int, int]] = Counter()  # (id, seq of the row deleted)
+
+    def add_file(self) -> None:
+        rows: list[dict[str, object]] = []
+        used: set[int] = set()
+        for _ in range(IDS_PER_FILE):
+            self.seq += 1
+            draw = self.rng.random()
+            live = [i for i in self.live if i not in used]
+            dead = [i for i in self.deleted if i not in used and i not in self.live]
+            if live and draw < 0.3:
+                id_, op = self.rng.choice(live), "U"
+            elif live and draw < 0.5:
+                id_, op = self.rng.choice(live), "D"
+            elif dead and draw < 0.6:
+                id_, op = self.rng.choice(dead), self.rng.choice("ID")  # (a D deletes nothing)
+            else:
+                id_, op = self.next_id, "I"
+                self.next_id += 1
+            used.add(id_)
+            value = f"{id_}@{self.seq}"
+            rows.append({"id": id_, "day": f"d{id_ % 3}", "v": value, "seq": self.seq, "op": op})
+            if op == "D":
+                if id_ in self.live:
+                    self.removed[(id_, self.live.pop(id_)[1])] += 1
+                    self.deleted.append(id_)
+            else:
+                self.live[id_] = (value, self.seq)
+                self.written[(id_, self.seq)] += 1
+        temporary = self.directory / f".part-{self.files:05d}.tmp"
+        temporary.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        # Spark's file source takes files in the order of their modification times (ties in
+        # any order): a millisecond apart each, the batches apply the changes in order.
+        self.modified = max(time.time_ns(), self.modified + 1_000_000)
+        os.utime(temporary, ns=(self.modified, self.modified))
+        temporary.rename(self.directory / f"part-{self.files:05d}.json")  # atomic for Spark
+        self.files += 1
+
+    def create_table(self, table: _Target) -> None:
+        """The target: partitioned by ``day``, deletion vectors and the change feed on, a
+        checkpoint every two versions."""
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        schema = pa.schema(
+            [("id", pa.int64()), ("day", pa.string()), ("v", pa.string()), ("seq", pa.int64())]
+        )
+        DeltaTable.create(
+            table.uri,
+            schema,
+            partition_by=["day"],
+            storage_options=table.check_options,
+            configuration={
+                "delta.enableDeletionVectors": "true",
+                "delta.enableChangeDataFeed": "true",
+                "delta.checkpointInterval": "2",
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -241,12 +339,13 @@ def _run_job(
     return "finished"
 
 
-def _staging_of(staging: str, cycle: int) -> str:
+def _staging_of(staging: str, cycle: int, source: str = "json") -> str:
     """``mixed``: the cycles alternate between Spark's writer and the Python writers, so one
-    table holds batches of both and each crash lands on a run of either."""
+    table holds batches of both and each crash lands on a run of either (an upsert's: Spark
+    only, or Python tasks for kept rows)."""
     if staging != "mixed":
         return staging
-    return ("spark", "arrow")[cycle % 2]
+    return (("auto", "spark") if source == "changes" else ("spark", "arrow"))[cycle % 2]
 
 
 def run_campaign(
@@ -266,7 +365,11 @@ def run_campaign(
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     if kinds is None:
-        kinds = KINDS if source == "delta" else JSON_KINDS
+        kinds = {"delta": KINDS, "changes": CHANGE_KINDS}.get(source, JSON_KINDS)
+    if source == "changes" and staging == "arrow":
+        raise ValueError(
+            "an upsert stream writes its new rows with Spark: staging 'arrow' is not one"
+        )
     if s3_fault_rate is None:
         return _campaign(
             seed, cycles, workdir, staging, kinds, _Target(str(workdir / "table")), source
@@ -307,7 +410,11 @@ def _campaign(
     rng = random.Random(seed)
     kind_of_store = "s3" if table.uri.startswith("s3://") else "file"
     report = CampaignReport(seed=seed, staging=staging, source=source_kind, table=kind_of_store)
-    source = _Source(workdir / "source", source_kind)
+    if source_kind == "changes":
+        source: _Source = _ChangeSource(workdir / "source", random.Random(seed + 1))
+        source.create_table(table)  # type: ignore[attr-defined]
+    else:
+        source = _Source(workdir / "source", source_kind)
     source.auto_compact = any(kind in COMPACTION_STEPS for kind in kinds)
     checkpoint = workdir / "checkpoint"
     # Every step once per round, in a seeded order; the schema grows on schema_merge's turn.
@@ -319,7 +426,7 @@ def _campaign(
     plan = plan[:cycles]
     for _ in range(2 if source_kind == "delta" else 1):
         source.add_file()
-    first = _staging_of(staging, 0)
+    first = _staging_of(staging, 0, source_kind)
     if source_kind == "delta":
         _kill_before_the_first_commit(source, table, checkpoint, first, rng, report)
     _run_job(source, table, checkpoint, first, None, rng)  # the table exists from here on
@@ -331,7 +438,8 @@ def _campaign(
         if kind == "schema_merge":
             source.notes += 1  # this run's first batch adds a column
             source.add_file()
-        outcome = _run_job(source, table, checkpoint, _staging_of(staging, cycle), kind, rng)
+        cycle_staging = _staging_of(staging, cycle, source_kind)
+        outcome = _run_job(source, table, checkpoint, cycle_staging, kind, rng)
         tally = report.kills if outcome == "killed" else report.not_reached
         tally[kind] = tally.get(kind, 0) + 1
         report.cycles += 1
@@ -340,8 +448,13 @@ def _campaign(
     report.drain_runs = _drain(source, table, checkpoint, first, rng)
     report.source_files = source.files
     report.source_compactions = source.compactions
-    report.rows_expected = source.next_id
-    _check(report, table, expected=set(range(source.next_id)))
+    if isinstance(source, _ChangeSource):
+        report.rows_expected = len(source.live)
+        _check(report, table, expected=set(source.live))
+        _check_changes(report, table, source)
+    else:
+        report.rows_expected = source.next_id
+        _check(report, table, expected=set(range(source.next_id)))
     report.seconds = round(time.monotonic() - started, 1)
     return report
 
@@ -396,12 +509,14 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
     from committers.tests._readers import duckdb_rows
 
     location = TableLocation.of(table.uri, table.check_options)
-    report.orphans_removed = len(
-        remove_orphan_files(location, retention_seconds=0, unsafe_allow_short_retention=True)
-    )
     dt = DeltaTable(location.uri, storage_options=location.delta_storage_options())
+    vectors = "deletionVectors" in (dt.protocol().reader_features or ())
+    if not vectors:  # (it refuses tables with deletion vectors: nothing may be left there)
+        report.orphans_removed = len(
+            remove_orphan_files(location, retention_seconds=0, unsafe_allow_short_retention=True)
+        )
     report.table_version = dt.version()
-    by_deltalake = dt.to_pyarrow_dataset().to_table(columns=["id"]).column("id").to_pylist()
+    by_deltalake = [row["id"] for row in _deltalake_rows(dt, "id")]
     readers = [by_deltalake]
     if location.is_local:  # DuckDB's delta extension here has no S3 (no httpfs)
         readers.append([row["id"] for row in duckdb_rows(table.uri)])
@@ -415,15 +530,65 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
         report.unexpected = max(report.unexpected, len(set(counts) - expected))
     # Files the log references: live ones, and those compaction replaced (kept for time
     # travel until VACUUM).
-    committed = referenced_paths(location)
+    committed = referenced_paths(location) | _vector_files(location)
     on_store = [location.relative(path) for path in location.filesystem().find(location.path())]
     stray = {
         path
         for path in on_store
-        if path.endswith(".parquet") and not path.startswith(("_delta_log/", STAGING_DIR + "/"))
+        if path.endswith((".parquet", ".bin"))
+        and not path.startswith(("_delta_log/", STAGING_DIR + "/"))
     } - committed
     staged = [path for path in on_store if path.startswith(STAGING_DIR + "/")]
     report.orphans_left = len(stray) + len(staged)
+
+
+def _deltalake_rows(dt: Any, columns: str) -> list[dict[str, Any]]:
+    """``columns`` of every row, read by deltalake (its DataFusion reader: its pyarrow
+    dataset refuses tables with deletion vectors)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    rows = QueryBuilder().register("t", dt).execute(f"SELECT {columns} FROM t").read_all()
+    found: list[dict[str, Any]] = pa.table(rows).to_pylist()
+    return found
+
+
+def _vector_files(location: object) -> set[str]:
+    """The deletion-vector files any add or remove still in the log names."""
+    from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, vector_path
+    from committers.delta.table._table import _file_actions
+
+    named = set()
+    for _, action in _file_actions(location):  # type: ignore[arg-type]
+        vector = action.get("deletionVector")
+        if vector and vector.get("storageType"):
+            path = vector_path(DeletionVectorDescriptor.from_json(vector), location)  # type: ignore[arg-type]
+            named.add(path or "")
+    return named - {""}
+
+
+def _check_changes(report: CampaignReport, table: _Target, source: _ChangeSource) -> None:
+    """The table holds each live id's latest value; its change feed (delta-rs) reports every
+    insert and update once, every delete of a live row once, and nothing else."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(table.uri, storage_options=table.check_options)
+    rows = _deltalake_rows(dt, "id, v, seq")
+    stored = {(r["id"], r["v"], r["seq"]) for r in rows}
+    expected = {(i, v, seq) for i, (v, seq) in source.live.items()}
+    report.wrong_values = len(stored ^ expected)
+    feed = pa.table(dt.load_cdf(starting_version=0).read_all()).to_pylist()
+    written: Counter[tuple[int, int]] = Counter()
+    removed: Counter[tuple[int, int]] = Counter()
+    for change in feed:
+        if change["_change_type"] in ("insert", "update_postimage"):
+            written[(change["id"], change["seq"])] += 1
+        elif change["_change_type"] == "delete":
+            removed[(change["id"], change["seq"])] += 1
+    report.feed_changes = len(feed)
+    report.feed_wrong = sum(((written - source.written) + (source.written - written)).values())
+    report.feed_wrong += sum(((removed - source.removed) + (source.removed - removed)).values())
 
 
 def main() -> None:

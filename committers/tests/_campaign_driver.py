@@ -11,7 +11,9 @@ table. Storage options (S3 campaigns) come as JSON in ``SPARKSINK_CAMPAIGN_STORA
 With ``SPARKSINK_CAMPAIGN_AUTO_COMPACT`` set (the campaign sets it when its plan holds the
 steps ``compaction_commit`` or ``compaction_committed``) the sink compacts a partition once it
 holds ``AUTO_COMPACT_MIN_FILES`` small files, so runs compact between batches; otherwise it
-does not compact (shorter runs). ``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where
+does not compact (shorter runs). KIND ``changes``: JSON files of changes upserted by ``id``
+(``sequence_by="seq"``, ``delete_when="op = 'D'"``) into the table the campaign created.
+``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where
 the process dies.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 from committers.tests._campaign import AUTO_COMPACT_VARIABLE, STORAGE_OPTIONS_VARIABLE
 from framework._crash import DRIVER_GROUP_VARIABLE
@@ -42,6 +45,24 @@ def main() -> None:
     if kind == "delta":
         register(spark)
         stream = spark.readStream.format("deltalake").option("maxFilesPerTrigger", 1).load(source)
+    elif kind == "changes":  # upserted by key into the table the campaign created
+        schema = "id LONG, day STRING, v STRING, seq LONG, op STRING"
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
+        sink = TwoPhaseSink(
+            DeltaSink(
+                table,
+                app_id="campaign",
+                mode="upsert",
+                keys=["id"],
+                sequence_by="seq",
+                delete_when="op = 'D'",
+                staging=staging,  # type: ignore[arg-type]
+                storage_options=json.loads(os.environ.get(STORAGE_OPTIONS_VARIABLE, "{}")) or None,
+            )
+        )
+        _run(sink, stream, checkpoint)
+        spark.stop()
+        return
     else:
         schema = "id LONG, day STRING" + "".join(
             f", note{n} STRING" for n in range(1, int(extra) + 1)
@@ -65,12 +86,16 @@ def main() -> None:
             ),
         )
     )
+    _run(sink, stream, checkpoint)
+    spark.stop()
+
+
+def _run(sink: Any, stream: Any, checkpoint: str) -> None:
     query = sink.write_stream(
         stream, checkpoint_location=checkpoint, trigger={"availableNow": True}
     )
     query.awaitTermination()
     print("BATCHES", [(b.batch_id, b.status) for b in sink.batches], flush=True)
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The commit of a rewrite that carries change files (``cdc`` actions), written by the sink.
+"""The commit of a rewrite that carries change files (``cdc`` actions) or adds files back
+with new deletion vectors (merge-on-read), written by the sink.
 
 delta-rs 1.6's ``create_write_transaction`` takes add and remove actions only, so a commit
 that must hold ``cdc`` actions in the same log entry as its removes and adds (PROTOCOL.md,
@@ -28,7 +29,7 @@ from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._table import delta_rs_path
-from committers.delta.write._committable import StagedFile
+from committers.delta.write._committable import MarkedFile, StagedFile
 
 __all__ = ["LoggedRemove", "add_entry", "live_removes", "write_commit_with_changes"]
 
@@ -54,6 +55,19 @@ def add_entry(staged: StagedFile) -> dict[str, Any]:
         "modificationTime": staged.modification_time,
         "dataChange": True,
         "stats": staged.stats,
+    }
+
+
+def marked_entry(marked: MarkedFile) -> dict[str, Any]:
+    """The add action re-adding ``marked`` with its new deletion vector."""
+    return {
+        "path": marked.path,
+        "partitionValues": dict(marked.partition_values),
+        "size": marked.size,
+        "modificationTime": marked.modification_time,
+        "dataChange": True,
+        "stats": marked.stats,
+        "deletionVector": marked.vector.to_json(),
     }
 
 
@@ -91,9 +105,11 @@ def write_commit_with_changes(
     change_files: Sequence[StagedFile],
     properties: CommitProperties,
     partition_by: Sequence[str],
+    marked: Sequence[MarkedFile] = (),
 ) -> int:
-    """Commit ``removes``, ``adds``, the ``cdc`` actions of ``change_files`` and the txn and
-    commitInfo of ``properties`` as version ``table.version() + 1``; that version.
+    """Commit ``removes``, ``adds``, the re-adds of ``marked`` files with their new deletion
+    vectors, the ``cdc`` actions of ``change_files`` and the txn and commitInfo of
+    ``properties`` as version ``table.version() + 1``; that version.
 
     Raises:
         UnsupportedTableFeatureError: the table's storage is neither local nor S3 (the only
@@ -126,12 +142,16 @@ def write_commit_with_changes(
     put_log_commit(
         location,
         version,
-        adds=[add_entry(f) for f in adds],
+        adds=[*(marked_entry(m) for m in marked), *(add_entry(f) for f in adds)],
         removes=removes_entries,
         cdc=cdc,
         properties=properties,
         partition_by=partition_by,
         now_ms=now,
-        needs="its change data feed is on, and the commit must carry cdc actions",
+        needs=(
+            "its change data feed is on, and the commit must carry cdc actions"
+            if change_files
+            else "it adds files back with new deletion vectors"
+        ),
     )
     return version

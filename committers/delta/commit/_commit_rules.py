@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Field, Transaction
 
+from committers.delta.commit._log_append import LogStore
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._protocol import check_appends_only, check_replaceable
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
@@ -126,7 +127,12 @@ class CommitRules:
             shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
         )
         if self._replace_where is not None:
-            current, _ = with_replace_where(current, self._replace_where, self._location.uri)
+            current, _ = with_replace_where(
+                current,
+                self._replace_where,
+                self._location.uri,
+                log_writable=LogStore.supports(self._location),
+            )
         staged = self._plan
         if (current.input_plan, current.layout) == (staged.input_plan, staged.layout):
             return

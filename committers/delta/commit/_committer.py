@@ -56,7 +56,7 @@ from committers.delta.commit._sequence import (
 )
 from committers.delta.commit._staging_cleanup import StagingCleaner, StagingCleanups
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
-from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, vector_path
 from committers.delta.table._replace_where import ReplaceWhere
 from committers.delta.table._rules import WritePlan, new_table_schema
 from committers.delta.table._schema import (
@@ -465,7 +465,7 @@ class DeltaGlobalCommitter(
             self._write_replacement(table, committable, actions)
             return
         rewrite = committable.rewrite
-        if rewrite is not None and rewrite.change_files:  # cdc actions: delta-rs cannot
+        if rewrite is not None and (rewrite.change_files or rewrite.marked):  # delta-rs cannot
             replaced = rewrite.replaced
             logged = live_removes(
                 table,
@@ -516,6 +516,7 @@ class DeltaGlobalCommitter(
             adds=committable.files,
             removes=removes,
             change_files=committable.rewrite.change_files,
+            marked=committable.rewrite.marked,
             properties=self._commit_properties(
                 committable, removed_files=len(removes), retries=0, deleted_rows=deleted_rows
             ),
@@ -607,8 +608,11 @@ class DeltaGlobalCommitter(
         """What clean-up must keep (the files the commit of this run references), and the
         version that holds the epoch."""
         key = epoch_key(committable.epoch)
-        changes = committable.rewrite.change_files if committable.rewrite else ()
-        self._committed_paths[key] = {f.path for f in (*committable.files, *changes)}
+        rewrite = committable.rewrite
+        changes = rewrite.change_files if rewrite else ()
+        marked = rewrite.marked if rewrite else ()
+        vectors = {vector_path(m.vector, self._location) or "" for m in marked} - {""}
+        self._committed_paths[key] = {f.path for f in (*committable.files, *changes)} | vectors
         self._committed_attempts[key] = {f.task_attempt_id for f in committable.files}
         if self._auto_compactor is not None:
             self._auto_compactor.committed(committable.files)

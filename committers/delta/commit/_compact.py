@@ -65,8 +65,12 @@ from committers.delta.commit._sequence import (
     files_gone,
     write_transaction,
 )
-from committers.delta.read._source import vector_metadata
-from committers.delta.spark._arrow_rewrite import GroupToRewrite, rewrite_groups, rewriting
+from committers.delta.spark._arrow_rewrite import (
+    GroupToRewrite,
+    rewrite_groups,
+    rewrite_vectors,
+    rewriting,
+)
 from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._scan import grouped_rows, scan_root_path
 from committers.delta.spark._spark_staging import (
@@ -82,10 +86,9 @@ from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import (
     DeletionVectorDescriptor,
     deleted_rows_of,
-    unique_id,
 )
 from committers.delta.table._delta_schema import walk
-from committers.delta.table._live_vectors import table_deletion_vectors
+from committers.delta.table._live_vectors import table_deletion_vectors, vectors_changed
 from committers.delta.table._protocol import UnsupportedTableFeatureError, check_appends_only
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
 from committers.delta.table._schema import HIVE_NULL, serialize_partition_value
@@ -716,11 +719,7 @@ def _rewrite_with_arrow(
             index=index,
             files=tuple((f.path, f.size) for f in group.files),
             partition_values=tuple(zip(layout.partition_columns, group.partition, strict=True)),
-            vectors=tuple(
-                (f.path, tuple(vector_metadata(f.deletion_vector).items()))
-                for f in group.files
-                if f.deletion_vector is not None
-            ),
+            vectors=rewrite_vectors(group.files),
         )
         for index, group in enumerate(groups)
     ]
@@ -884,12 +883,7 @@ class _Commit:
         """The removed files whose deletion vector at ``version`` is not the one read."""
         if version == self._first_read:
             return []
-        now = table_deletion_vectors(self._location, reader_features(table)[1], version)
-        return [
-            f.logged_path
-            for f in self._removed
-            if unique_id(now.get(f.path)) != unique_id(f.deletion_vector)
-        ]
+        return vectors_changed(self._location, reader_features(table)[1], version, self._removed)
 
     def _actions(self) -> list[AddAction | RemoveAction]:
         now = int(time.time() * 1000)

@@ -37,13 +37,9 @@ __all__ = ["needs_log_rewrite", "put_log_commit", "remove_entry", "write_log_rew
 def needs_log_rewrite(
     actions: Sequence[AddAction | RemoveAction],
     vectors: Mapping[str, DeletionVectorDescriptor] | None,
-    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
 ) -> bool:
     """Whether ``actions`` remove a file that has a deletion vector (``vectors``: decoded
-    path -> its vector) or add one with a vector (``added_vectors``), which delta-rs cannot
-    write."""
-    if added_vectors:
-        return True
+    path -> its vector), which delta-rs cannot write."""
     return bool(vectors) and any(
         isinstance(a, RemoveAction) and a.path in vectors  # type: ignore[operator]
         for a in actions
@@ -59,11 +55,9 @@ def write_log_rewrite(
     partition_by: Sequence[str],
     commit_properties: CommitProperties,
     post_commit: PostCommitHookProperties,
-    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
 ) -> int:
     """Commit ``actions`` at the version after ``table``'s (see the module docstring); the
-    version written. ``vectors``: the vectors of the files removed (decoded path -> vector);
-    ``added_vectors``: those of files added with one (a file re-added with rows deleted).
+    version written. ``vectors``: the vectors of the files removed (decoded path -> vector).
 
     Raises:
         CommitFailedError: another writer took that version; nothing was written.
@@ -91,7 +85,6 @@ def write_log_rewrite(
             "modificationTime": a.modification_time,
             "dataChange": a.data_change,
             "stats": a.stats,
-            "deletionVector": _json_or_none((added_vectors or {}).get(a.path)),
         }
         for a in actions
         if isinstance(a, AddAction)
@@ -159,10 +152,6 @@ def put_log_commit(
         raise CommitFailedError(
             f"version {version} of {location.uri} was written by another writer first"
         )
-
-
-def _json_or_none(vector: DeletionVectorDescriptor | None) -> dict[str, object] | None:
-    return None if vector is None else vector.to_json()
 
 
 def remove_entry(

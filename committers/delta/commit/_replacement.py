@@ -22,8 +22,8 @@ from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._change_feed import writes_change_data
-from committers.delta.table._deletion_vectors import unique_id
-from committers.delta.table._live_vectors import table_deletion_vectors
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._live_vectors import table_deletion_vectors, vectors_changed
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
 from committers.delta.table._rules import TableShape, WritePlan
@@ -111,12 +111,14 @@ class ReplacementCommits:
         explicit actions, which delta-rs 1.6 accepts in an append only, recorded as
         ``mode: Append``. The predicate is recorded either way.
         """
-        removed, deleted = self._files_replaced(table, committable.rewrite)
+        removed, deleted, vectors = self._files_replaced(table, committable.rewrite)
         if committable.rewrite is not None and committable.rewrite.change_files:
-            logged = live_removes(table, [f["path"] for _, f in removed])
+            by_logged_path = {f["path"]: vectors[path] for path, f in removed if path in vectors}
+            logged = live_removes(table, [f["path"] for _, f in removed], by_logged_path)
             self._write_with_changes(table, committable, logged, deleted_rows=deleted)
             return
-        filters = self._overwrite_filters(table, removed)
+        # A file with a vector is removed by name, with its vector: delta-rs's overwrite cannot.
+        filters = None if vectors else self._overwrite_filters(table, removed)
         now = int(time.time() * 1000)
         removes: list[AddAction | RemoveAction] = [
             RemoveAction(path, True, now, f["size_bytes"]) for path, f in removed
@@ -132,6 +134,8 @@ class ReplacementCommits:
                 committable, removed_files=len(removed), retries=0, deleted_rows=deleted
             ),
             post_commit=POST_COMMIT,
+            location=self._location,
+            vectors=vectors,
         )
         if filters is not None:  # (retries=0: it is the next version, or it raised)
             self._check_removed(read_version + 1, {unquote(f["path"]) for _, f in removed})
@@ -165,11 +169,12 @@ class ReplacementCommits:
 
     def _files_replaced(
         self, table: DeltaTable, rewrite: Rewrite | None
-    ) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    ) -> tuple[list[tuple[str, dict[str, Any]]], int, dict[str, DeletionVectorDescriptor]]:
         """The live files of ``table``'s snapshot the overwrite removes, each as the path a
         ``RemoveAction`` takes and its row of ``get_add_actions(flatten=True)``: those whose
-        partition values make ``replace_where`` TRUE, and those ``rewrite`` replaced; and the
-        rows they delete, as far as the log counts them.
+        partition values make ``replace_where`` TRUE, and those ``rewrite`` replaced; the live
+        rows they delete, as far as the log counts them; and the deletion vectors of those
+        that have one (by that path: their removes must name them).
 
         Raises:
             _StaleRewrite: a live file that may hold matching rows was not read by ``rewrite``
@@ -190,6 +195,7 @@ class ReplacementCommits:
         examined = replaced | set(rewrite.unchanged if rewrite else ())
         removed, unread = [], []
         deleted = rewrite.metrics.get("numDeletedRows", 0) if rewrite else 0
+        vectors = table_deletion_vectors(self._location, reader_features(table)[1], table.version())
         for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
             if f["path"] in replaced:
                 removed.append(f)
@@ -197,7 +203,8 @@ class ReplacementCommits:
             outcome = classify(f)
             if outcome == "all" and not (feed and f["path"] not in examined):
                 removed.append(f)
-                deleted += f.get("num_records") or 0
+                vector = vectors.get(unquote(f["path"]))
+                deleted += (f.get("num_records") or 0) - (vector.cardinality if vector else 0)
             elif outcome != "none" and f["path"] not in examined:
                 unread.append(f["path"])  # (with change files, whole files are read too)
         if unread:
@@ -217,7 +224,7 @@ class ReplacementCommits:
                     "committed; rewrite the partition with the tool that wrote it."
                 )
             removals.append((path, f))
-        return removals, deleted
+        return removals, deleted, {p: vectors[p] for p, _ in removals if p in vectors}
 
     def _overwrite_filters(
         self, table: DeltaTable, removed: list[tuple[str, dict[str, Any]]]
@@ -263,12 +270,9 @@ def check_still_live(table: DeltaTable, location: TableLocation, rewrite: Rewrit
     """
     gone = files_gone(table, [f.logged_path for f in rewrite.replaced])
     if not gone and rewrite.replaced and rewrite.read_version != table.version():
-        now = table_deletion_vectors(location, reader_features(table)[1], table.version())
-        gone = [
-            f.logged_path
-            for f in rewrite.replaced
-            if unique_id(now.get(f.path)) != unique_id(f.deletion_vector)
-        ]
+        gone = vectors_changed(
+            location, reader_features(table)[1], table.version(), rewrite.replaced
+        )
     if gone:
         raise _StaleRewrite(
             f"{len(gone)} of the {len(rewrite.replaced)} files it rewrites were removed or "

@@ -177,13 +177,12 @@ def write_transaction(
     partition_filters: list[Any] | None = None,
     location: TableLocation | None = None,
     vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
-    added_vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
 ) -> None:
     """Step 3: one transaction of ``actions`` on top of ``table``'s snapshot, with its schema:
     through delta-rs, or written into the log by :mod:`._log_rewrite` when a remove names a
-    file with a deletion vector (``vectors``: decoded path -> vector; needs ``location``) or
-    an add carries one (``added_vectors``), which delta-rs cannot spell."""
-    if needs_log_rewrite(actions, vectors, added_vectors):
+    file with a deletion vector (``vectors``: decoded path -> vector; needs ``location``),
+    which delta-rs cannot spell."""
+    if needs_log_rewrite(actions, vectors):
         if location is None or mode != "append":
             raise ValueError(
                 "removing files with deletion vectors needs mode='append' and a location"
@@ -196,7 +195,6 @@ def write_transaction(
             partition_by=partition_by,
             commit_properties=commit_properties,
             post_commit=post_commit,
-            added_vectors=added_vectors,
         )
         return
     table.create_write_transaction(

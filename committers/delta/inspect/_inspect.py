@@ -33,7 +33,7 @@ from committers.delta.storage._staging import STAGING_DIR, read_manifest
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import ENFORCED_FEATURES, TableFeatures
-from committers.delta.table._snapshot import commit_times
+from committers.delta.table._snapshot import commit_times, reader_features
 from committers.delta.table._table import (
     COMMIT_APP_ID,
     COMMIT_EPOCH_ID,
@@ -577,8 +577,7 @@ def _files(table: DeltaTable, location: TableLocation, small_file_bytes: int) ->
     sizes = [int(s) for s in actions.column("size_bytes").to_pylist()] if actions.num_rows else []
     records = actions.column("num_records").to_pylist() if actions.num_rows else []
     small = sum(1 for size in sizes if size < small_file_bytes)
-    reader_features = table.protocol().reader_features or ()
-    vectors = table_deletion_vectors(location, reader_features, table.version())
+    vectors = table_deletion_vectors(location, reader_features(table)[1], table.version())
     deleted = sum(v.cardinality for v in vectors.values())
     return FilesSection(
         count=len(sizes),

@@ -34,13 +34,14 @@ import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from committers.delta.read._source import DeltaFileReader, spell_partition_value
+from committers.delta.read._source import DeltaFileReader, spell_partition_value, vector_metadata
+from committers.delta.table._live_vectors import VectoredFile
 from committers.delta.table._rules import FileLayout
 from committers.delta.table._schema import partition_dir, serialize_partition_value
 from committers.delta.table._snapshot import Snapshot
@@ -81,6 +82,9 @@ TASK_BYTES = 512 * 1024 * 1024
 RowFilter = Callable[[pa.Table], pa.Table]
 
 
+VectorMetadata = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True)
 class GroupToRewrite:
     """One output file: its source files (paths relative to the table root, sizes) and the
@@ -93,12 +97,21 @@ class GroupToRewrite:
     partition_values: tuple[tuple[str, str | None], ...]
     read_values: tuple[tuple[str, str | None], ...] = ()
     #: path -> the ``FileSplit.metadata`` of its deletion vector, for files that have one.
-    vectors: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    vectors: tuple[tuple[str, VectorMetadata], ...] = ()
 
     @property
     def size(self) -> int:
         """Bytes of its source files."""
         return sum(size for _, size in self.files)
+
+
+def rewrite_vectors(files: Iterable[VectoredFile]) -> tuple[tuple[str, VectorMetadata], ...]:
+    """:attr:`GroupToRewrite.vectors` of source ``files``: the vector of each that has one."""
+    return tuple(
+        (f.path, tuple(vector_metadata(f.deletion_vector).items()))
+        for f in files
+        if f.deletion_vector is not None
+    )
 
 
 def file_group(index: int, path: str, size: int, partition: Mapping[str, Any]) -> GroupToRewrite:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from committers.delta.spark._deleted_rows import decoded_path
 from committers.delta.spark._scan import read_schema, scan_root_path
 from committers.delta.spark._spark_staging import SparkParquetStager, run_directory, spark_uri
 from committers.delta.storage._storage import TableLocation
@@ -99,9 +100,7 @@ def staged_rows(
     if not partitions:
         return scan.select(*data)
     file_path = scan.metadataColumn("_metadata").getField("file_path")
-    # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
-    encoded = F.parse_url(file_path, F.lit("PATH"))
-    key = F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
+    key = decoded_path(file_path)
     values = pa.table(
         [pa.array([f"{root_path}/{f.path}" for f in files], pa.string())]
         + [pa.array([f.partition_values.get(c) for f in files], pa.string()) for c in partitions],

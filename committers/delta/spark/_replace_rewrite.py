@@ -29,7 +29,7 @@ any staged file. The files written carry the sink's Parquet settings and statist
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,9 +46,11 @@ from committers.delta.spark._arrow_rewrite import (
     check_rows,
     file_group,
     in_tasks,
+    rewrite_vectors,
     rewriting,
 )
 from committers.delta.spark._change_data import change_directory, stage_changes, staged_rows
+from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
 from committers.delta.spark._scan import read_schema, scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
@@ -65,7 +67,9 @@ from committers.delta.table._change_feed import (
     INSERT,
     writes_change_data,
 )
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, deleted_rows_of
 from committers.delta.table._delta_schema import quote
+from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
 from committers.delta.table._rules import TableShape, WritePlan, plan_write
@@ -84,6 +88,7 @@ __all__ = ["replace_rows"]
 
 _FILE = "__sparksink_file__"
 _MATCHED = "__sparksink_matched__"
+_ROW = "__sparksink_row_index__"
 _LOCAL_THREADS = 8
 # Hadoop expands these in the paths Spark is given to read.
 _GLOB_CHARACTERS = frozenset("{}[]*?\\")
@@ -96,8 +101,9 @@ class _Candidate:
     logged_path: str  # as the log stores it (URL-encoded)
     path: str  # decoded, relative to the table root
     size: int
-    records: int | None
+    records: int | None  # live rows: its deletion vector's are not counted
     partition: tuple[tuple[str, Any], ...]  # typed values, in partition column order
+    deletion_vector: DeletionVectorDescriptor | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,8 @@ def replace_rows(
             "classic Spark session runs here (Spark Connect, or a Python worker). Nothing was "
             "committed; write it with DeltaSink from a classic Spark session."
         )
-    candidates = _candidates(table, shape, bound, location.uri, whole_too=feed)
+    vectors = table_deletion_vectors(location, reader_features(table)[1], read_version)
+    candidates = _candidates(table, shape, bound, location.uri, whole_too=feed, vectors=vectors)
     if not candidates:
         return [], Rewrite(read_version=read_version)
     # The kept rows have the table's columns now (a merge's new columns come later, as null).
@@ -241,10 +248,17 @@ def _stage_changes(
 
 
 def _candidates(
-    table: DeltaTable, shape: TableShape, where: ReplaceWhere, uri: str, *, whole_too: bool
+    table: DeltaTable,
+    shape: TableShape,
+    where: ReplaceWhere,
+    uri: str,
+    *,
+    whole_too: bool,
+    vectors: Mapping[str, DeletionVectorDescriptor],
 ) -> list[_Candidate]:
     """The live files that may hold matching rows (``whole_too``: also those whose every row
-    matches by its partition values, whose rows the change files must report).
+    matches by its partition values, whose rows the change files must report), with their
+    deletion vectors (``vectors``, by decoded path).
 
     Raises:
         UnsupportedTableFeatureError: one's logged path cannot be removed exactly.
@@ -265,13 +279,18 @@ def _candidates(
                 "was committed; rewrite the file with the tool that wrote it (e.g. delta-rs's "
                 "optimize.compact())."
             )
+        vector = vectors.get(decoded)
+        records = action.get("num_records")
+        if records is not None and vector is not None:
+            records -= vector.cardinality
         found.append(
             _Candidate(
                 logged_path=logged,
                 path=decoded,
                 size=int(action["size_bytes"]),
-                records=action.get("num_records"),
+                records=records,
                 partition=tuple((c, action.get(f"partition.{c}")) for c in shape.partition_by),
+                deletion_vector=vector,
             )
         )
     return found
@@ -309,6 +328,7 @@ def _rewrite(
                 path=candidate.path,
                 size=candidate.size,
                 num_records=candidate.records,
+                deletion_vector=candidate.deletion_vector,
             )
         )
         copied += rows - matched
@@ -335,7 +355,10 @@ def _with_arrow(
         snapshot, job.plan.layout, job.options, directory, "the overwrite", keep
     )
     groups = [
-        file_group(i, c.path, c.size, dict(c.partition)) for i, c in enumerate(job.candidates)
+        dataclasses.replace(
+            file_group(i, c.path, c.size, dict(c.partition)), vectors=rewrite_vectors([c])
+        )
+        for i, c in enumerate(job.candidates)
     ]
     work = _RewriteFile(rewriter)
     if session is None:
@@ -418,9 +441,14 @@ def _with_spark(
 def _scan(
     session: SparkSession, job: _Job, chosen: Sequence[int]
 ) -> tuple[DataFrame, dict[str, int]]:
-    """The rows of the ``chosen`` candidates: the table's columns (partition values from the
-    log), ``_FILE`` (the decoded path Spark read) and ``_MATCHED`` (``where`` is TRUE); and
-    each file's ``_FILE`` value mapped to its candidate index."""
+    """The live rows of the ``chosen`` candidates (the rows their deletion vectors delete
+    dropped): the table's columns (partition values from the log), ``_FILE`` (the decoded path
+    Spark read) and ``_MATCHED`` (``where`` is TRUE); and each file's ``_FILE`` value mapped to
+    its candidate index.
+
+    Raises:
+        DeletionVectorError: a candidate's deletion vector is missing or damaged.
+    """
     from pyspark.sql import functions as F
 
     plan, candidates = job.plan, job.candidates
@@ -431,12 +459,20 @@ def _scan(
         session, [f"{root}/{c.path}" for c in files], schema=read_schema(plan.layout)
     )
     file_path = scan.metadataColumn("_metadata").getField("file_path")
-    # A URI (java.net.URI spelling): its path, decoded, keeping a literal "+" a "+".
-    encoded = F.parse_url(file_path, F.lit("PATH"))
-    key = F.url_decode(F.replace(encoded, F.lit("+"), F.lit("%2B")))
+    key = decoded_path(file_path)
     data = list(plan.layout.file_schema.names)
-    rows = scan.select(*[F.col(quote(c)) for c in data], key.alias(_FILE))
+    row_index = scan.metadataColumn("_metadata").getField("row_index")
+    rows = scan.select(*[F.col(quote(c)) for c in data], key.alias(_FILE), row_index.alias(_ROW))
     keys = {f"{root_path}/{candidates[i].path}": i for i in chosen}
+    deleted = deleted_rows_of(
+        job.location,
+        {c.path: c.deletion_vector for c in files if c.deletion_vector is not None},
+    )
+    vectors = {
+        key: deleted[candidates[i].path] for key, i in keys.items() if candidates[i].path in deleted
+    }
+    # Every file is mapped: a row of a file the map does not spell fails the query.
+    rows = drop_deleted_rows(session, rows, _FILE, _ROW, vectors, every_file=list(keys)).drop(_ROW)
     partition_by = list(plan.shape.partition_by)
     if partition_by:
         schema = plan.shape.arrow_schema()

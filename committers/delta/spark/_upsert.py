@@ -68,6 +68,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
@@ -84,6 +85,12 @@ from committers.delta.spark._upsert_candidates import (
     check_spark_keeps_values,
     live_files,
 )
+from committers.delta.spark._upsert_marks import (
+    DeletionVectorMode,
+    can_mark,
+    mark_rows,
+    merges_on_read,
+)
 from committers.delta.spark._upsert_plan import (
     REPEATED_KEY,
     REPEATED_KEY_HINT,
@@ -95,6 +102,7 @@ from committers.delta.spark._upsert_stored import (
     _APPLIES,
     _DELETE,
     _FILE,
+    _ROW_INDEX,
     StoredRows,
     _applies,
     _key,
@@ -118,7 +126,7 @@ from committers.delta.table._change_feed import (
 from committers.delta.table._delta_schema import arrow_type, quote, spark_type
 from committers.delta.table._rules import WritePlan
 from committers.delta.table._table import open_table
-from committers.delta.write._committable import ReplacedFile, Rewrite, StagedRewrite
+from committers.delta.write._committable import MarkedFile, ReplacedFile, Rewrite, StagedRewrite
 from committers.delta.write._options import Staging, WriterOptions
 from framework.errors import (
     ConstraintViolationError,
@@ -178,12 +186,15 @@ class UpsertStager(StoredRows):
         bytes_per_row: float | None,
         staging: Staging = "auto",
         snapshot: Callable[[], DeltaTable | None] | None = None,
+        deletion_vectors: DeletionVectorMode = "auto",
     ) -> None:
         """``staging="spark"``: the touched files' kept rows are rewritten by Spark too (by
         default Python tasks rewrite them when the batch's keys were collected).
         ``snapshot``: the newest snapshot of the table (``None``: no table yet), as the
         committer's replay check of the batch just loaded it; without it each batch opens the
-        table itself."""
+        table itself. ``deletion_vectors="auto"``: where the table enables deletion vectors,
+        the replaced rows are marked in them instead (:mod:`._upsert_marks`); ``"off"``: the
+        touched files are always rewritten."""
         self._location = location
         self._plan = plan
         self._upsert = upsert
@@ -191,6 +202,7 @@ class UpsertStager(StoredRows):
         self._bytes_per_row = bytes_per_row
         self._staging = staging
         self._snapshot = snapshot or (lambda: open_table(location))
+        self._deletion_vectors = deletion_vectors
         self._vector_rows = {}
 
     def stage(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
@@ -417,7 +429,12 @@ class UpsertStager(StoredRows):
             selected = latest.select(*self._change_columns())
             return F.broadcast(selected) if changes <= PRUNE_KEYS_LIMIT else selected
 
-        touched, matched, stale = self._touched(session, candidates, actions, keys, batch_changes)
+        marking = merges_on_read(self._deletion_vectors, table, self._location)
+        positions: dict[str, np.ndarray] | None = {} if marking else None
+        touched, matched, stale = self._touched(
+            session, candidates, actions, keys, batch_changes, positions
+        )
+        marking = marking and can_mark(touched)
         upserts -= stale.upserts  # (a stale change is not written)
         metrics = {
             "numTargetFilesBeforeSkipping": len(live),
@@ -450,11 +467,24 @@ class UpsertStager(StoredRows):
         def new_rows() -> DataFrame:
             return self._new_rows(session, latest, upserts, stale, touched, actions)
 
-        drop = self._keys_to_drop(keys) if touched else None
+        drop = self._keys_to_drop(keys) if touched and not marking else None
         # Change files only when rows are replaced: an insert-only batch's adds say it all.
         feed = bool(touched) and writes_change_data(self._plan.shape.configuration)
         owned = (change_directory(epoch),) if feed else ()
-        if touched and drop is None:  # the touched files' kept rows by Spark, in one job
+        marked: tuple[MarkedFile, ...] = ()
+        if marking and touched:  # the replaced rows in deletion vectors, the new rows by Spark
+            assert positions is not None and actions is not None
+            stager.write_manifest(epoch, also_owned=owned)
+            staged, rows = stager.write(new_rows(), epoch) if upserts else ([], 0)
+            marked = mark_rows(
+                self._location,
+                touched,
+                positions,
+                self._deleted_rows(touched),
+                self._logged_partitions(touched, actions),
+                run_directory(epoch),
+            )
+        elif touched and drop is None:  # the touched files' kept rows by Spark, in one job
             assert actions is not None
             check_spark_keeps_values(self._location, self._plan, touched, actions)
             kept = self._kept_rows(session, touched, actions, batch_changes())
@@ -476,7 +506,15 @@ class UpsertStager(StoredRows):
             staged += rewritten.files
             rows += rewritten.rows_written
         matched_rows = sum(matched.values())
-        if all(f.records is not None for f in touched):
+        if marked:
+            _check_marked(self._location.uri, rows, upserts, touched, marked, matched_rows)
+            metrics.update(
+                numTargetFilesRemoved=0,
+                numTargetRowsCopied=0,
+                numTargetDeletionVectorsAdded=len(marked),
+                numTargetDeletionVectorsRemoved=sum(f.deletion_vector is not None for f in touched),
+            )
+        elif all(f.records is not None for f in touched):
             copied = sum(f.records or 0 for f in touched) - matched_rows
             if rows != copied + upserts:
                 raise RowCountMismatchError(
@@ -488,7 +526,7 @@ class UpsertStager(StoredRows):
                 )
             metrics["numTargetRowsCopied"] = copied
         metrics["numTargetFilesAdded"] = len(staged)
-        rewrite = dataclasses.replace(rewrite, metrics=metrics)
+        rewrite = dataclasses.replace(rewrite, metrics=metrics, marked=marked)
         if feed:
             assert actions is not None
             changed = matched_rows + upserts  # each replaced row, each new row
@@ -539,11 +577,14 @@ class UpsertStager(StoredRows):
         actions: pa.Table | None,
         keys: BatchKeys,
         batch_changes: Callable[[], DataFrame],
+        positions: dict[str, np.ndarray] | None = None,
     ) -> tuple[list[_LiveFile], dict[tuple[str, bool], int], _Stale]:
         """The candidates holding a row the batch replaces, those rows per (file, delete), and
         the stale changes: counted on the driver when it can
         (:mod:`committers.delta.spark._upsert_touched`), else by a Spark join of the candidates'
-        keys with the batch's changes (``batch_changes()``, planned only then)."""
+        keys with the batch's changes (``batch_changes()``, planned only then). Given
+        ``positions``, it is filled with the row indexes the batch replaces, by decoded path
+        (what merge-on-read marks in deletion vectors)."""
         from pyspark.sql import functions as F
 
         if not candidates:
@@ -556,22 +597,34 @@ class UpsertStager(StoredRows):
             rows = {
                 (candidates[i].logged_path, delete): n for (i, delete), n in on_driver.rows.items()
             }
+            if positions is not None:
+                positions.update({candidates[i].path: p for i, p in on_driver.positions.items()})
             return touched, rows, self._collected_stale(session, on_driver.stale)
         partition_by = set(self._plan.shape.partition_by)
         data_keys = [k for k in self._upsert.table_keys if k not in partition_by]
         sequence = list(self._upsert.table_sequence)
         data_columns = self._plan.layout.file_schema.names
-        scan, by_key = self._scan(session, candidates, [*data_keys, *sequence] or data_columns[:1])
+        marking = positions is not None
+        scan, by_key = self._scan(
+            session, candidates, [*data_keys, *sequence] or data_columns[:1], row_index=marking
+        )
         if len(data_keys) < len(self._upsert.table_keys):
             scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
         stored = scan.select(
             F.col(_FILE),
             *[F.col(quote(k)).alias(_key(i)) for i, k in enumerate(self._upsert.table_keys)],
             *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(sequence)],
+            *([F.col(_ROW_INDEX)] if marking else []),
         )
         names = [_key(i) for i in range(len(self._upsert.table_keys))]
         joined = stored.join(batch_changes(), on=names).withColumn(_APPLIES, _applies(sequence))
-        counted = joined.groupBy(_FILE, _DELETE, _APPLIES).count().collect()
+        counted: list[Any]
+        if positions is not None:  # the matched rows themselves, in the job that counts them
+            counted = _counted_positions(
+                joined.select(_FILE, _DELETE, _APPLIES, _ROW_INDEX).toArrow(), positions
+            )
+        else:
+            counted = joined.groupBy(_FILE, _DELETE, _APPLIES).count().collect()
         matched: dict[tuple[str, bool], int] = {}
         stale_rows = 0
         for row in counted:
@@ -587,6 +640,9 @@ class UpsertStager(StoredRows):
                 stale_rows += int(row["count"])
         touched_paths = {path for path, _ in matched}
         touched = [f for path, f in by_key.items() if path in touched_paths]
+        if positions is not None:  # (by the file's own path, as the driver's)
+            for key in list(positions):
+                positions[by_key[key].path] = positions.pop(key)
         stale = _Stale()
         if stale_rows:  # one more job, only then: which changes they are
             stale_keys = joined.where(~F.col(_APPLIES)).select(*names, _DELETE).distinct()
@@ -662,6 +718,47 @@ class UpsertStager(StoredRows):
             SequenceColumn(s, arrow_type(fields[s].type, physical=False))
             for s in self._upsert.table_sequence
         ]
+
+
+def _check_marked(
+    uri: str,
+    rows: int,
+    upserts: int,
+    touched: list[_LiveFile],
+    marked: tuple[MarkedFile, ...],
+    replaced: int,
+) -> None:
+    """A merge-on-read batch wrote exactly its new rows, and its new vectors delete exactly
+    the ``replaced`` rows more than the old ones did.
+
+    Raises:
+        RowCountMismatchError: otherwise; nothing was committed.
+    """
+    before = sum(f.deletion_vector.cardinality for f in touched if f.deletion_vector)
+    marks = sum(m.vector.cardinality for m in marked) - before
+    if rows != upserts or marks != replaced:
+        raise RowCountMismatchError(
+            f"the upsert into {uri} wrote {rows} new rows and marked {marks} rows deleted "
+            f"where the batch adds {upserts} and replaces {replaced}; nothing was committed."
+        )
+
+
+def _counted_positions(rows: pa.Table, positions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The counts per (file, delete, applies) of matched ``rows`` (as Spark's ``groupBy``
+    gives them), filling ``positions`` with the sorted row indexes of the applied ones by
+    file (as ``rows`` spell the file)."""
+    counted = rows.group_by([_FILE, _DELETE, _APPLIES]).aggregate([([], "count_all")])
+    applied = rows.filter(rows.column(_APPLIES))
+    files = applied.column(_FILE).to_pylist()
+    indexes = applied.column(_ROW_INDEX).to_numpy().astype(np.uint64)
+    by_file: dict[str, list[int]] = {}
+    for number, path in enumerate(files):
+        by_file.setdefault(path, []).append(number)
+    for path, numbers in by_file.items():
+        positions[path] = np.sort(indexes[numbers])
+    names = ["count" if c == "count_all" else c for c in counted.column_names]
+    rows_counted: list[dict[str, Any]] = counted.rename_columns(names).to_pylist()
+    return rows_counted
 
 
 def _partitions_for(df: DataFrame) -> int:

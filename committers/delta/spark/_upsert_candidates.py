@@ -16,7 +16,8 @@ from deltalake import DeltaTable
 from committers.delta.spark._upsert_plan import UpsertPlan
 from committers.delta.spark._upsert_stored import _LiveFile
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._live_vectors import table_deletion_vectors
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._live_vectors import live_adds
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import WritePlan
 from committers.delta.table._schema import HIVE_NULL
@@ -100,11 +101,16 @@ def live_files(
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
     records = actions.column("num_records").to_pylist()
-    vectors = table_deletion_vectors(location, reader_features(table)[1], table.version())
+    logged: dict[str, dict[str, Any]] = {}
+    if "deletionVectors" in reader_features(table)[1]:  # (its vectors are in the log only)
+        logged = live_adds(location, table.version())
     files = []
     for i in range(actions.num_rows):
         path = unquote(paths[i])
-        vector = vectors.get(path)
+        add = logged.get(path, {})
+        vector = None
+        if add.get("deletionVector") is not None:
+            vector = DeletionVectorDescriptor.from_json(add["deletionVector"], path)
         deleted = vector.cardinality if vector is not None else 0
         files.append(
             _LiveFile(
@@ -115,6 +121,8 @@ def live_files(
                 records=None if records[i] is None else records[i] - deleted,
                 bounds=tuple(column[i] for column in per_key),
                 deletion_vector=vector,
+                logged_stats=add.get("stats"),
+                modification_time=add.get("modificationTime"),
             )
         )
     return files, actions

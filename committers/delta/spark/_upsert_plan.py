@@ -17,6 +17,7 @@ from committers.delta.table._delta_schema import DeltaField, walk
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import TableShape, WritePlan
 from committers.delta.table._schema import SchemaMode
+from committers.delta.table._snapshot import reader_features
 from committers.delta.write._upsert_spec import UpsertSpec
 from framework.errors import (
     ConfigurationError,
@@ -240,11 +241,7 @@ def check_upsert_table(
     problem = None
     if shape.column_mapping:
         problem = "it uses column mapping (Spark's Parquet writer has no physical names)"
-    elif (
-        table is not None
-        and not log_writable
-        and "deletionVectors" in set(table.protocol().reader_features or ())
-    ):
+    elif table is not None and not log_writable and "deletionVectors" in reader_features(table)[1]:
         problem = (
             "it uses deletion vectors, and the remove of a rewritten file must name its vector, "
             "which delta-rs cannot write; the sink writes such commits itself only on local "

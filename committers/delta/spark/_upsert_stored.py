@@ -13,8 +13,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from committers.delta.read._source import spell_partition_value, vector_metadata
-from committers.delta.spark._arrow_rewrite import GroupToRewrite, Rewritten, rewrite_groups
+from committers.delta.read._source import spell_partition_value
+from committers.delta.spark._arrow_rewrite import (
+    GroupToRewrite,
+    Rewritten,
+    rewrite_groups,
+    rewrite_vectors,
+)
 from committers.delta.spark._change_data import stage_changes
 from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
 from committers.delta.spark._scan import scan_root_path
@@ -77,6 +82,10 @@ class _LiveFile:
     records: int | None  # live rows: its deletion vector's are not counted
     bounds: tuple[tuple[Any, Any] | None, ...]  # per key column; (lo, hi), None if unknown
     deletion_vector: DeletionVectorDescriptor | None = None
+    # As its add logs them, where the log was replayed (tables with deletion vectors): what a
+    # re-add with a new vector repeats.
+    logged_stats: str | None = None
+    modification_time: int | None = None
 
 
 def _applies(sequence: Sequence[str]) -> Any:
@@ -153,11 +162,16 @@ class StoredRows:
         return rows.join(stored, on=names, how="left")
 
     def _scan(
-        self, session: SparkSession, files: list[_LiveFile], columns: list[str]
+        self,
+        session: SparkSession,
+        files: list[_LiveFile],
+        columns: list[str],
+        row_index: bool = False,
     ) -> tuple[DataFrame, dict[str, _LiveFile]]:
         """The live rows of ``files`` (``columns`` of their data, typed as the table: the rows
         their deletion vectors delete dropped) with the decoded path of their file in
-        ``_FILE``; and the files by that path.
+        ``_FILE`` (and, with ``row_index``, each row's index in its file in ``_ROW_INDEX``);
+        and the files by that path.
 
         Raises:
             DeletionVectorError: a file's deletion vector is missing or damaged.
@@ -180,7 +194,7 @@ class StoredRows:
         vectors = {key: deleted[f.path] for key, f in by_key.items() if f.path in deleted}
         # Every file is mapped: a row of a file the map does not spell fails the query.
         scan = drop_deleted_rows(session, scan, _FILE, _ROW_INDEX, vectors, every_file=list(by_key))
-        return scan.drop(_ROW_INDEX), by_key
+        return (scan if row_index else scan.drop(_ROW_INDEX)), by_key
 
     def _deleted_rows(self, files: Sequence[_LiveFile]) -> dict[str, np.ndarray]:
         """Decoded path -> sorted row indexes its deletion vector deletes, of those of
@@ -325,6 +339,25 @@ class StoredRows:
             what=f"the upsert into {self._location.uri}",
         )
 
+    def _typed_partitions(self, files: list[_LiveFile], actions: pa.Table) -> list[list[Any]]:
+        """Per partition column, the typed value of each of ``files`` (from the add actions)."""
+        partition_by = list(self._plan.shape.partition_by)
+        if not partition_by:  # (an unpartitioned table's actions have no partition column)
+            return []
+        struct = actions.take([f.index for f in files]).column("partition").combine_chunks()
+        return [struct.field(c).to_pylist() for c in partition_by]
+
+    def _logged_partitions(
+        self, files: list[_LiveFile], actions: pa.Table
+    ) -> list[dict[str, str | None]]:
+        """The partition values of each of ``files`` as its add logs them."""
+        partition_by = list(self._plan.shape.partition_by)
+        typed = self._typed_partitions(files, actions)
+        return [
+            {c: serialize_partition_value(typed[j][i]) for j, c in enumerate(partition_by)}
+            for i in range(len(files))
+        ]
+
     def _rewrite_kept(
         self,
         session: SparkSession,
@@ -337,19 +370,12 @@ class StoredRows:
         """The touched files' rows whose key the batch does not name, rewritten by Python
         tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
         partition_by = list(self._plan.shape.partition_by)
-        typed: list[list[Any]] = []
-        if partition_by:  # (an unpartitioned table's actions have no partition column)
-            struct = actions.take([f.index for f in touched]).column("partition").combine_chunks()
-            typed = [struct.field(c).to_pylist() for c in partition_by]
+        typed = self._typed_partitions(touched, actions)
         groups = [
             GroupToRewrite(
                 index=i,
                 files=((f.path, f.size),),
-                vectors=(
-                    ()
-                    if f.deletion_vector is None
-                    else ((f.path, tuple(vector_metadata(f.deletion_vector).items())),)
-                ),
+                vectors=rewrite_vectors([f]),
                 partition_values=tuple(
                     (c, serialize_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
                 ),

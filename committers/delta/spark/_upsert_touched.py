@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -92,10 +92,13 @@ class Matches:
             index, whether the change deletes).
         stale: the changes older than a row they match, not applied: one row per change, its
             key columns (typed as the table, named by position) and its delete flag.
+        positions: the row indexes (in the file, as deletion vectors count them) of the rows
+            the batch replaces, per candidate index holding any.
     """
 
     rows: dict[tuple[int, bool], int]
     stale: pa.Table
+    positions: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def driver_matches(
@@ -151,7 +154,20 @@ def driver_matches(
         )
     }
     distinct = stale.select([*names, _DELETE]).group_by([*names, _DELETE]).aggregate([])
-    return Matches(rows, distinct)
+    return Matches(rows, distinct, _positions(replaced))
+
+
+def _positions(replaced: pa.Table) -> dict[int, np.ndarray]:
+    """Candidate index -> the sorted row indexes of its rows in ``replaced``."""
+    if replaced.num_rows == 0:
+        return {}
+    files = replaced.column(_FILE).to_numpy()
+    rows = replaced.column(_ROW).to_numpy().astype(np.uint64)
+    order = np.lexsort((rows, files))
+    files, rows = files[order], rows[order]
+    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]])
+    ends = [*starts[1:], len(files)]
+    return {int(files[a]): rows[a:b] for a, b in zip(starts, ends, strict=True)}
 
 
 def change_applies(
@@ -283,7 +299,8 @@ def _keys_of(
     candidate: Candidate,
 ) -> pa.Table | None:
     """The key and sequence columns of one candidate, typed as the table and named by position,
-    with its index; ``None`` if a value does not cast exactly."""
+    with its index and each row's index in the file; ``None`` if a value does not cast
+    exactly."""
     data = [k.name for k in keys if not k.partition]
     with filesystem.open(location.path(candidate.path), "rb") as handle:
         parquet = pq.ParquetFile(handle, coerce_int96_timestamp_unit="us")
@@ -292,9 +309,11 @@ def _keys_of(
             return pa.table({})  # a key column added after this file was written: all NULL
         stored = [s.name for s in sequence if s.name in in_file]
         read = parquet.read(columns=[*data, *stored], use_threads=False)
+    positions = pa.array(np.arange(read.num_rows, dtype=np.int64))
     live = None if candidate.deleted is None else keep_mask(candidate.deleted, 0, read.num_rows)
     if live is not None:
         read = read.filter(pa.array(live))
+        positions = positions.filter(pa.array(live))
     rows = read.num_rows
     columns = []
     try:
@@ -309,10 +328,12 @@ def _keys_of(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
     columns.append(pa.repeat(pa.scalar(index, pa.int32()), rows))
+    columns.append(positions)
     names = [
         *(f"__sparksink_key_{i}__" for i in range(len(keys))),
         *(_STORED.format(i) for i in range(len(sequence))),
         _FILE,
+        _ROW,
     ]
     return pa.table(columns, names=names)
 

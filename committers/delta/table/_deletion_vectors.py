@@ -54,6 +54,7 @@ __all__ = [
     "serialize_bitmap",
     "unique_id",
     "vector_file",
+    "vector_path",
     "write_vector_file",
     "z85_decode",
     "z85_encode",
@@ -253,6 +254,14 @@ def vector_file(descriptor: DeletionVectorDescriptor, location: TableLocation) -
         return _vector_path(descriptor, location)
     except ValueError as err:
         raise DeletionVectorError(f"{descriptor.describe()}: {err}") from err
+
+
+def vector_path(descriptor: DeletionVectorDescriptor, location: TableLocation) -> str | None:
+    """The path, relative to the table root, of the file a ``u`` descriptor names (what the
+    staging clean-up must keep once a commit references it); ``None`` for other kinds."""
+    if descriptor.storage_type != "u":
+        return None
+    return location.relative(vector_file(descriptor, location))
 
 
 def _vector_path(descriptor: DeletionVectorDescriptor, location: TableLocation) -> str:

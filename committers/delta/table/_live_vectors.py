@@ -5,8 +5,9 @@ descriptors (``get_add_actions`` has no such column), and a reader, a rewrite's 
 an error message all need them. :func:`live_deletion_vectors` replays what the protocol says
 makes a version: the newest complete checkpoint at or before it (classic, multi-part, or v2
 with its sidecars), then each commit after it, a commit's removes before its adds (a commit may
-remove a file with one vector and add it back with another). Only ``add.path`` and
-``add.deletionVector`` are read from a checkpoint.
+remove a file with one vector and add it back with another). :func:`live_adds` gives the
+live files' whole ``add`` actions, as an upsert that marks rows of a file in a new vector
+re-adds it with the stats its writer logged.
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, DeletionVectorError
+from committers.delta.table._deletion_vectors import (
+    DeletionVectorDescriptor,
+    DeletionVectorError,
+    unique_id,
+)
 
-__all__ = ["live_deletion_vectors", "table_deletion_vectors"]
+__all__ = ["live_adds", "live_deletion_vectors", "table_deletion_vectors", "vectors_changed"]
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(
@@ -40,6 +45,21 @@ def live_deletion_vectors(
         DeletionVectorError: a commit needed to rebuild ``version`` is missing (log cleanup
             without a checkpoint), or a descriptor is malformed.
     """
+    return {
+        path: DeletionVectorDescriptor.from_json(add["deletionVector"], path)
+        for path, add in live_adds(location, version).items()
+        if add.get("deletionVector") is not None
+    }
+
+
+def live_adds(location: TableLocation, version: int) -> dict[str, dict[str, Any]]:
+    """Decoded path -> the ``add`` action (as logged: ``stats`` text, ``modificationTime``,
+    ``deletionVector`` or ``None``...) of every file of ``version``.
+
+    Raises:
+        DeletionVectorError: a commit needed to rebuild ``version`` is missing (log cleanup
+            without a checkpoint).
+    """
     fs = location.filesystem()
     log_dir = location.path("_delta_log")
     # refresh: s3fs caches listings per process, and a cached one misses the newest commits
@@ -47,10 +67,10 @@ def live_deletion_vectors(
     names = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in listing]
     commits = {int(m.group(1)) for m in map(_COMMIT.match, names) if m}
     start, parts = _newest_checkpoint(names, version)
-    live: dict[str, Any] = {}
+    live: dict[str, dict[str, Any]] = {}
     if start is not None:
-        for path, vector in _checkpoint_adds(location, parts):
-            live[unquote(path)] = vector
+        for add in _checkpoint_adds(location, parts):
+            live[unquote(add["path"])] = add
     first = 0 if start is None else start + 1
     missing = [v for v in range(first, version + 1) if v not in commits]
     if missing:
@@ -66,12 +86,8 @@ def live_deletion_vectors(
                 live.pop(unquote(action["remove"]["path"]), None)
         for action in actions:
             if "add" in action:
-                live[unquote(action["add"]["path"])] = action["add"].get("deletionVector")
-    return {
-        path: DeletionVectorDescriptor.from_json(vector, path)
-        for path, vector in live.items()
-        if vector is not None
-    }
+                live[unquote(action["add"]["path"])] = action["add"]
+    return live
 
 
 def table_deletion_vectors(
@@ -82,6 +98,35 @@ def table_deletion_vectors(
     if "deletionVectors" not in set(reader_features):
         return {}
     return live_deletion_vectors(location, version)
+
+
+class VectoredFile(Protocol):
+    """A file as a rewrite read it: its decoded path and the deletion vector it had then."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def deletion_vector(self) -> DeletionVectorDescriptor | None: ...
+
+
+class ReadFile(VectoredFile, Protocol):
+    """... and its path as the log spells it (the key of liveness checks)."""
+
+    @property
+    def logged_path(self) -> str: ...
+
+
+def vectors_changed(
+    location: TableLocation, reader_features: Iterable[str], version: int, files: Iterable[ReadFile]
+) -> list[str]:
+    """The logged paths of ``files`` whose deletion vector at ``version`` is not the one they
+    were read with: rows of them were deleted since, and a rewrite that removes them would bring
+    those rows back (the logical file is the path and the vector, PROTOCOL.md)."""
+    now = table_deletion_vectors(location, reader_features, version)
+    return [
+        f.logged_path for f in files if unique_id(now.get(f.path)) != unique_id(f.deletion_vector)
+    ]
 
 
 def _newest_checkpoint(names: list[str], version: int) -> tuple[int | None, list[str]]:
@@ -106,8 +151,8 @@ def _newest_checkpoint(names: list[str], version: int) -> tuple[int | None, list
     return None, []
 
 
-def _checkpoint_adds(location: TableLocation, parts: list[str]) -> Iterator[tuple[str, Any]]:
-    """``(path, deletionVector)`` of every add in the checkpoint files (and v2 sidecars)."""
+def _checkpoint_adds(location: TableLocation, parts: list[str]) -> Iterator[dict[str, Any]]:
+    """Every add in the checkpoint files (and v2 sidecars), a missing vector as ``None``."""
     fs = location.filesystem()
     log_dir = location.path("_delta_log")
     for name in parts:
@@ -117,14 +162,14 @@ def _checkpoint_adds(location: TableLocation, parts: list[str]) -> Iterator[tupl
                 actions = [json.loads(x) for x in handle.read().splitlines() if x.strip()]
             for action in actions:
                 if "add" in action:
-                    yield action["add"]["path"], action["add"].get("deletionVector")
+                    yield action["add"]
                 if "sidecar" in action:
                     yield from _parquet_adds(fs, f"{log_dir}/_sidecars/{action['sidecar']['path']}")
             continue
         yield from _parquet_adds(fs, path, sidecars=f"{log_dir}/_sidecars")
 
 
-def _parquet_adds(fs: Any, path: str, sidecars: str | None = None) -> Iterator[tuple[str, Any]]:
+def _parquet_adds(fs: Any, path: str, sidecars: str | None = None) -> Iterator[dict[str, Any]]:
     with fs.open(path, "rb") as handle:
         parquet = pq.ParquetFile(handle)
         columns = [c for c in ("add", "sidecar") if c in parquet.schema_arrow.names]
@@ -132,7 +177,7 @@ def _parquet_adds(fs: Any, path: str, sidecars: str | None = None) -> Iterator[t
     if "add" in columns:
         for add in table.column("add").to_pylist():
             if add and add.get("path"):
-                yield add["path"], _vector(add.get("deletionVector"))
+                yield {**add, "deletionVector": _vector(add.get("deletionVector"))}
     if "sidecar" in columns and sidecars is not None:
         for sidecar in table.column("sidecar").to_pylist():
             if sidecar and sidecar.get("path"):

@@ -521,7 +521,7 @@ class FileClassifier:
 
 
 def with_replace_where(
-    plan: WritePlan, replace_where: ReplaceWhere, table_uri: str
+    plan: WritePlan, replace_where: ReplaceWhere, table_uri: str, *, log_writable: bool = True
 ) -> tuple[WritePlan, ReplaceWhere]:
     """``plan`` with a row check that every written row satisfies ``replace_where`` (TRUE,
     not NULL), and ``replace_where`` bound to the plan's table.
@@ -530,8 +530,9 @@ def with_replace_where(
         SchemaMismatchError, ConfigurationError: see :meth:`ReplaceWhere.bind`; also for a
             table with column mapping (its files and partition values use physical names).
         UnsupportedTableFeatureError: a predicate on data columns (which rewrites files) on a
-            table with deletion vectors (an append-only table is refused for every overwrite,
-            by ``check_replaceable``).
+            table with deletion vectors on storage the sink's log writer cannot commit to
+            (``log_writable`` false: the removes must name the vectors); an append-only table
+            is refused for every overwrite, by ``check_replaceable``.
     """
     if plan.shape.column_mapping:
         raise ConfigurationError(
@@ -541,7 +542,7 @@ def with_replace_where(
     shape = plan.shape
     bound = replace_where.bind(shape.arrow_schema(), table_uri, shape.partition_by)
     if not bound.on_partitions_only:
-        _check_rewritable(shape, bound, table_uri)
+        _check_rewritable(shape, bound, table_uri, log_writable)
     check = RowCheck(
         error="ConstraintViolationError",
         rule=f"replace_where ({bound.text})",
@@ -554,12 +555,15 @@ def with_replace_where(
     return dataclasses.replace(plan, input_plan=inputs), bound
 
 
-def _check_rewritable(shape: TableShape, where: ReplaceWhere, table_uri: str) -> None:
+def _check_rewritable(
+    shape: TableShape, where: ReplaceWhere, table_uri: str, log_writable: bool
+) -> None:
     problem = None
-    if "deletionVectors" in shape.features:
+    if "deletionVectors" in shape.features and not log_writable:
         problem = (
-            "it uses deletion vectors (the rewrite reads the Parquet files directly and would "
-            "bring back the rows the vectors delete)"
+            "it uses deletion vectors, and the remove of a rewritten file must name its "
+            "vector, which delta-rs cannot write; the sink writes such commits itself only on "
+            "local and S3 storage"
         )
     if problem:
         raise UnsupportedTableFeatureError(

@@ -21,6 +21,7 @@ from deltalake.exceptions import DeltaError
 from committers.delta.storage._staging import STAGING_DIR, read_manifest
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.table._change_feed import CHANGE_DATA_DIR
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, vector_path
 from framework.errors import (
     ConfigurationError,
     DestinationError,
@@ -252,8 +253,8 @@ def _relative(path: str, location: TableLocation) -> str:
 
 
 def added_paths(location: TableLocation, version: int) -> set[str]:
-    """Paths (relative, decoded) of the files added by commit ``version``: its data files
-    and its change files (``cdc`` actions)."""
+    """Paths (relative, decoded) of the files added by commit ``version``: its data files,
+    the files of their deletion vectors and its change files (``cdc`` actions)."""
     fs = location.filesystem()
     with fs.open(location.path(f"_delta_log/{version:020d}.json"), "rb") as src:
         lines = src.read().decode().splitlines()
@@ -263,7 +264,11 @@ def added_paths(location: TableLocation, version: int) -> set[str]:
         for kind in ("add", "cdc"):
             if kind in action:
                 paths.add(_relative(action[kind]["path"], location))
-    return paths
+        vector = action.get("add", {}).get("deletionVector")
+        if vector is not None:
+            descriptor = DeletionVectorDescriptor.from_json(vector)
+            paths.add(vector_path(descriptor, location) or "")
+    return paths - {""}
 
 
 def _file_actions(location: TableLocation) -> Iterator[tuple[str, dict[str, Any]]]:

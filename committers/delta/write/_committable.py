@@ -12,6 +12,7 @@ from framework.sink import Epoch
 
 __all__ = [
     "DeltaCommittable",
+    "MarkedFile",
     "ReplacedFile",
     "Rewrite",
     "StagedFile",
@@ -80,6 +81,28 @@ class ReplacedFile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MarkedFile:
+    """A live file a merge-on-read rewrite keeps, with more of its rows deleted: its commit
+    removes the file with its old vector (the :class:`ReplacedFile` of the same path) and adds
+    it back with ``vector``, which deletes those rows too.
+
+    Attributes:
+        path: decoded and relative to the table root.
+        size, partition_values, modification_time: as the file's add logs them.
+        stats: the add's statistics with ``tightBounds: false`` (its bounds are those of the
+            whole physical file; ``numRecords`` counts every row, deleted ones too).
+        vector: the new deletion vector (its file is staged in the batch's run directory).
+    """
+
+    path: str
+    size: int
+    partition_values: Mapping[str, str | None]
+    modification_time: int
+    stats: str
+    vector: DeletionVectorDescriptor
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rewrite:
     """What a copy-on-write batch read and what its commit removes.
 
@@ -95,6 +118,8 @@ class Rewrite:
         change_files: the change data files (``_change_data/...``, rows with a
             ``_change_type``) of a table with the change data feed on: logged by ``cdc``
             actions in the same commit, which then holds every change of the rewrite.
+        marked: files of ``replaced`` added back with a new deletion vector (merge-on-read):
+            the commit removes them with their old vector and adds them with the new one.
     """
 
     read_version: int | None
@@ -103,6 +128,7 @@ class Rewrite:
     keys: tuple[str, ...] = ()
     unchanged: tuple[str, ...] = ()
     change_files: tuple[StagedFile, ...] = ()
+    marked: tuple[MarkedFile, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

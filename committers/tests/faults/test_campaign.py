@@ -54,3 +54,21 @@ def test_kills_after_a_log_append_and_in_a_background_checkpoint_leave_the_table
     assert (report.duplicates, report.lost, report.unexpected, report.orphans_left) == (0,) * 4
     assert report.rows_deltalake == report.rows_duckdb == report.rows_expected > 0
     assert report.exact
+
+
+#: Where a merge-on-read upsert's vectors are written and not yet committed, while its
+#: commit is written, and while the committed batch's staging is cleaned up.
+UPSERT_KINDS = ("before_commit", "commit_write", "clean_up")
+
+
+def test_an_upsert_stream_with_vectors_and_change_feed_killed_ends_exact(tmp_path):
+    """Changes upserted by key into a table with deletion vectors and the change data feed on
+    (each batch marks the rows it replaces in vectors and writes change files), killed at three
+    steps (``make campaign SOURCE=changes`` runs every step): the table holds each key's
+    latest change, and its feed reports every change exactly once."""
+    report = run_campaign(seed=5, cycles=3, workdir=tmp_path, source="changes", kinds=UPSERT_KINDS)
+    assert report.kills == dict.fromkeys(UPSERT_KINDS, 1), (report.kills, report.not_reached)
+    assert (report.duplicates, report.lost, report.unexpected, report.orphans_left) == (0,) * 4
+    assert (report.wrong_values, report.feed_wrong) == (0, 0) and report.feed_changes > 0
+    assert report.rows_deltalake == report.rows_duckdb == report.rows_expected > 0
+    assert report.exact

@@ -9,31 +9,23 @@ table on S3 with vectors under random prefixes is read and compacted there."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, QueryBuilder
-from deltalake.transaction import AddAction, RemoveAction
-from pyroaring import BitMap64
+from deltalake import DeltaTable, QueryBuilder
 
-from committers.delta import DeltaSink, read_table, register
+from committers.delta import DeltaSink, read_table
 from committers.delta.commit._compact import (
     CompactionConflictError,
     CompactionResult,
     compact_table,
 )
-from committers.delta.commit._sequence import write_transaction
 from committers.delta.inspect._inspect_cli import main
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._deletion_vectors import read_bitmap, write_vector_file
-from committers.delta.table._live_vectors import live_deletion_vectors
-from committers.delta.table._table import delta_rs_path
 from committers.tests._delta_spark import comparable, spark_rows
 from committers.tests._readers import duckdb_rows
+from framework import TwoPhaseSink
 
 pytestmark = pytest.mark.spark
 
@@ -204,76 +196,48 @@ def _live_adds(uri: str) -> dict[str, dict]:
     return live
 
 
-def test_vectors_the_sink_writes_are_read_by_delta_spark(delta_spark, tmp_path):
-    """Vectors written by the sink (one file holding several, under a random prefix; one
-    file's vector extending delta-spark's, one file getting its first) and committed with the
-    sink's log writer: every reader drops exactly those rows, and delta-spark keeps deleting,
-    merging, optimizing and vacuuming on top of them."""
+@pytest.mark.parametrize(("staging", "feed"), [("auto", False), ("spark", True)])
+def test_replace_where_on_data_columns_never_brings_back_a_deleted_row(
+    delta_spark, tmp_path, staging, feed
+):
+    """An overwrite whose replace_where reads a data column rewrites the files holding
+    matching rows without them and without the rows their vectors delete (Python tasks, or
+    Spark's reader by ``_metadata.row_index``), and removes each file with its vector; with the
+    change data feed on, delta-spark's feed reports the live rows replaced, never a deleted
+    one."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _dv_table(spark, uri, rows=600, files=2)
-    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1000, '0', 0.5)")  # a file with no vector
-    before = {r["id"]: r for r in _every_reader(spark, uri)}
-    adds = _live_adds(uri)
-    with_vector = sorted(p for p, a in adds.items() if a.get("deletionVector"))[0]
-    without = next(p for p, a in adds.items() if not a.get("deletionVector"))
-    location = TableLocation.of(uri)
-    vectors_read = live_deletion_vectors(location, DeltaTable(uri).version())
-
-    deleted_ids: set[int] = set()
-    bitmaps, paths = [], []
-    for path, positions in ((with_vector, range(0, 100, 9)), (without, [0])):
-        ids = pq.read_table(Path(uri, unquote(path)), columns=["id"]).column("id").to_pylist()
-        old = vectors_read.get(unquote(path))
-        bitmap = BitMap64() if old is None else read_bitmap(old, location, path)
-        new = BitMap64(positions) - bitmap
-        deleted_ids |= {ids[i] for i in new}
-        bitmaps.append(bitmap | new)
-        paths.append(unquote(path))
-    _, descriptors = write_vector_file(location, bitmaps, prefix="q7")
-    table = DeltaTable(uri)
-    now = int(time.time() * 1000)
-    actions = []
-    for path in paths:
-        add = adds[delta_rs_path(path)]
-        actions.append(RemoveAction(path, True, now, add["size"], add["partitionValues"]))
-        actions.append(
-            AddAction(path, add["size"], add["partitionValues"], now, True, add["stats"])
+    _dv_table(spark, uri)
+    if feed:
+        spark.sql(
+            f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         )
-    write_transaction(
-        table,
-        actions,
-        mode="append",
-        partition_by=["s"],
-        commit_properties=CommitProperties(max_commit_retries=0),
-        post_commit=PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False),
-        location=location,
-        vectors={p: v for p, v in vectors_read.items() if p in paths},
-        added_vectors=dict(zip(paths, descriptors, strict=True)),
-    )
-    assert len(deleted_ids) == 1 + len(range(0, 100, 9)) - len(
-        BitMap64(range(0, 100, 9)) & read_bitmap(vectors_read[with_vector], location, "")
-    )
-    expected = [r for i, r in before.items() if i not in deleted_ids]
-    assert _every_reader(spark, uri) == comparable(expected)
-    register(spark)
-    by_format = spark.read.format("deltalake").load(uri).toArrow().to_pylist()
-    assert comparable(by_format) == comparable(expected)
+    version = DeltaTable(uri).version()
+    before = _every_reader(spark, uri)
+    vectors_before = _live_vectors(uri, version)
+    new = [(i, str(i % 3), -1.0) for i in (3, 10, 100, 101, 102)]  # (3, 10: deleted before)
+    sink = DeltaSink(uri, mode="overwrite", replace_where="id < 800", staging=staging)
+    TwoPhaseSink(sink).write(spark.createDataFrame(new, "id long, s string, d double"))
 
-    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 5 = 0")
-    spark.sql(
-        f"MERGE INTO delta.`{uri}` t USING (SELECT 1000L AS id, '0' AS s, 9.0D AS d) u "
-        "ON t.id = u.id WHEN MATCHED THEN UPDATE SET d = u.d WHEN NOT MATCHED THEN INSERT *"
-    )
-    expected = [r for r in expected if r["id"] % 5]
-    expected.append({"id": 1000, "s": "0", "d": 9.0})  # deleted by our vector, inserted again
+    replaced = [r for r in before if r["id"] < 800]
+    expected = [r for r in before if r["id"] >= 800] + [
+        {"id": i, "s": s_, "d": d} for i, s_, d in new
+    ]
     assert _every_reader(spark, uri) == comparable(expected)
-    spark.sql(f"OPTIMIZE delta.`{uri}`")
-    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
-    spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")
-    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = true")
-    assert _every_reader(spark, uri) == comparable(expected)
-    assert not list(Path(uri, "q7").glob("*.bin"))  # VACUUM deleted our vector file
+    commit = _log(uri, version + 1)
+    removes = {a["remove"]["path"]: a["remove"] for a in commit if "remove" in a}
+    assert removes and all(r["deletionVector"] == vectors_before[p] for p, r in removes.items())
+    if feed:
+        changes = spark.sql(f"SELECT * FROM table_changes_by_path('{uri}', {version + 1})")
+        rows = changes.select("id", "s", "d", "_change_type").toArrow().to_pylist()
+        by_type = {
+            kind: comparable(
+                [{k: r[k] for k in ("id", "s", "d")} for r in rows if r["_change_type"] == kind]
+            )
+            for kind in ("delete", "insert")
+        }
+        assert by_type["delete"] == comparable(replaced)  # (no row a vector deleted)
+        assert by_type["insert"] == comparable([{"id": i, "s": s_, "d": d} for i, s_, d in new])
 
 
 def test_a_table_on_s3_with_vectors_under_random_prefixes(delta_spark, s3, bucket, tmp_path):

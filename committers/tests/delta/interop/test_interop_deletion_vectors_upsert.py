@@ -1,22 +1,25 @@
-"""Upserts into tables whose files have deletion vectors, judged by delta-spark: a row a vector
-deletes never comes back (not as a kept row of a rewritten file, not as a match of a change:
-its key is inserted anew, once), the commit's removes name each rewritten file with its vector,
-and delta-spark, DuckDB, DataFusion and ``read_table`` then read exactly the rows the changes
-say. A vector another writer adds to a file between the upsert's read and its commit makes it
-compute the batch again. With the change data feed on as well, ``table_changes`` reports the
-live rows replaced, never a deleted one."""
+"""Upserts into tables whose files have deletion vectors, judged by delta-spark, both ways:
+copy-on-write (``deletion_vectors="off"``: touched files rewritten) and merge-on-read (the
+default on tables that enable vectors: the replaced rows marked in new vectors, only new rows
+written). A row a vector deletes never comes back (not as a kept row of a rewritten file, not
+as a match of a change: its key is inserted anew, once), the commit's removes name each touched
+file with its vector, and delta-spark, DuckDB, DataFusion and ``read_table`` then read exactly
+the rows the changes say. A vector another writer adds to a file between the upsert's read and
+its commit makes it compute the batch again. With the change data feed on as well,
+``table_changes`` reports the live rows replaced, never a deleted one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
-from committers.delta import DeletionVectorError, DeltaSink
+from committers.delta import DeletionVectorError, DeltaSink, register
 from committers.delta.commit import _committer
 from committers.delta.spark import _upsert_touched
-from committers.tests._delta_helpers import assert_no_orphans
+from committers.tests._delta_helpers import assert_no_orphans, staging_leftovers
 from committers.tests._delta_spark import comparable
 from committers.tests.delta.interop.test_interop_deletion_vectors_rewrite import (
     _dv_table,
@@ -33,7 +36,7 @@ CHANGES = "id long, s string, d double, op string"
 MATCHED_BY = pytest.mark.parametrize("matched_by", ["driver", "spark"])
 
 
-def _upsert(uri: str, staging: str = "auto") -> TwoPhaseSink:
+def _upsert(uri: str, staging: str = "auto", deletion_vectors: str = "auto") -> TwoPhaseSink:
     return TwoPhaseSink(
         DeltaSink(
             uri,
@@ -42,8 +45,33 @@ def _upsert(uri: str, staging: str = "auto") -> TwoPhaseSink:
             keys=["id"],
             delete_when="op = 'D'",
             staging=staging,
+            deletion_vectors=deletion_vectors,
         )
     )
+
+
+def _check_marked(uri: str, version: int, read_version: int) -> dict[str, dict]:
+    """Commit ``version`` is a merge-on-read upsert: it removes each touched file with its
+    vector at ``read_version`` and adds the same file back with a new vector (in the batch's
+    run directory) deleting those rows and more, its stats loose; path -> new vector."""
+    commit = _log(uri, version)
+    removed = {a["remove"]["path"]: a["remove"] for a in commit if "remove" in a}
+    adds = {a["add"]["path"]: a["add"] for a in commit if "add" in a}
+    before = _live_vectors(uri, read_version)
+    assert removed and set(removed) <= set(adds)  # every touched file added back
+    marked = {}
+    for path, remove in removed.items():
+        assert remove.get("deletionVector") == before[path]
+        add = adds[path]
+        vector = add["deletionVector"]
+        assert vector["storageType"] == "u" and vector["pathOrInlineDv"].startswith("batch-")
+        old = (before[path] or {}).get("cardinality", 0)
+        assert vector["cardinality"] > old
+        assert json.loads(add["stats"])["tightBounds"] is False
+        assert add["size"] == remove["size"] and add["dataChange"]
+        marked[path] = vector
+    assert all(not a.get("deletionVector") for p, a in adds.items() if p not in removed)
+    return marked
 
 
 def _applied(before: dict[int, dict], changes: list[tuple]) -> list[dict]:
@@ -62,11 +90,16 @@ def _match_in(monkeypatch, matched_by: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("staging", "matched_by"),
-    [("auto", "driver"), ("spark", "spark")],  # each way of matching, each way of keeping
+    ("staging", "matched_by", "deletion_vectors"),
+    [  # each way of matching, each way of keeping rows: rewritten, or marked deleted
+        ("auto", "driver", "off"),
+        ("spark", "spark", "off"),
+        ("auto", "driver", "auto"),
+        ("spark", "spark", "auto"),
+    ],
 )
 def test_an_upsert_never_brings_back_a_deleted_row(
-    delta_spark, tmp_path, monkeypatch, matched_by, staging
+    delta_spark, tmp_path, monkeypatch, matched_by, staging, deletion_vectors
 ):
     spark = delta_spark
     uri = str(tmp_path / "t")
@@ -81,10 +114,16 @@ def test_an_upsert_never_brings_back_a_deleted_row(
         (10, "1", 0.0, "D"),  # a deleted row: nothing to delete
         (5000, "2", 5.0, "I"),  # a new key
     ]
-    _upsert(uri, staging).write(spark.createDataFrame(changes, CHANGES))
+    _upsert(uri, staging, deletion_vectors).write(spark.createDataFrame(changes, CHANGES))
 
     assert _every_reader(spark, uri) == _applied(before, changes)
     commit = _log(uri, 2)
+    if deletion_vectors == "auto":  # 0 and 1 marked in their files' vectors, nothing rewritten
+        assert len(_check_marked(uri, 2, 1)) == 2
+    else:
+        assert not {a["add"]["path"] for a in commit if "add" in a} & {
+            a["remove"]["path"] for a in commit if "remove" in a
+        }
     removed = {a["remove"]["path"]: a["remove"] for a in commit if "remove" in a}
     vectors_before = _live_vectors(uri, 1)
     assert removed and all(r["dataChange"] for r in removed.values())
@@ -108,40 +147,53 @@ def test_an_upsert_never_brings_back_a_deleted_row(
     expected[5000] = {"id": 5000, "s": "2", "d": 50.0}
     assert _every_reader(spark, uri) == comparable(list(expected.values()))
     again = [(5000, "2", 7.0, "U"), (31, "1", 0.0, "D"), (3, "0", 3.0, "U")]
-    _upsert(uri, staging).write(spark.createDataFrame(again, CHANGES), epoch_id=1)
+    _upsert(uri, staging, deletion_vectors).write(spark.createDataFrame(again, CHANGES), epoch_id=1)
     assert _every_reader(spark, uri) == _applied(expected, again)
+    if deletion_vectors == "auto":  # (on files with vectors of ours and of delta-spark's)
+        _check_marked(uri, 5, 4)
+    assert staging_leftovers(uri) == []
 
 
-@MATCHED_BY
+@pytest.mark.parametrize(
+    ("matched_by", "deletion_vectors"), [("driver", "off"), ("spark", "off"), ("spark", "auto")]
+)
 def test_rows_deleted_between_the_read_and_the_commit_make_the_upsert_compute_again(
-    delta_spark, tmp_path, monkeypatch, matched_by
+    delta_spark, tmp_path, monkeypatch, matched_by, deletion_vectors
 ):
-    """delta-spark DELETEs rows of the file the upsert rewrites after the upsert read it (a
-    new vector on the same path): committing the rewrite would bring them back, so the commit
+    """delta-spark DELETEs rows of the file the upsert rewrites (or marks) after the upsert
+    read it (a new vector on the same path): committing would bring them back, so the commit
     fails its liveness check and the batch is computed again on the newer snapshot."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _dv_table(spark, uri)
     before = {r["id"]: r for r in _every_reader(spark, uri)}
     _match_in(monkeypatch, matched_by)
-    original = _committer.write_transaction
     interfered: list[int] = []
 
-    def delete_first(*args, **kwargs):  # type: ignore[no-untyped-def]
-        if not interfered:  # the rows of partition s=0 other than the changed one
-            interfered.append(1)
-            spark.sql(f"DELETE FROM delta.`{uri}` WHERE s = '0' AND id BETWEEN 6 AND 2000")
-        return original(*args, **kwargs)
+    def delete_first(original):  # type: ignore[no-untyped-def]
+        def commit(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if not interfered:  # the rows of partition s=0 other than the changed one
+                interfered.append(1)
+                spark.sql(f"DELETE FROM delta.`{uri}` WHERE s = '0' AND id BETWEEN 6 AND 2000")
+            return original(*args, **kwargs)
 
-    monkeypatch.setattr(_committer, "write_transaction", delete_first)
+        return commit
+
+    for commit in ("write_transaction", "write_commit_with_changes"):  # (merge-on-read: ours)
+        monkeypatch.setattr(_committer, commit, delete_first(getattr(_committer, commit)))
     changes = [(0, "0", -1.0, "U"), (9, "0", 0.0, "D")]
-    _upsert(uri).write(spark.createDataFrame(changes, CHANGES))
+    _upsert(uri, deletion_vectors=deletion_vectors).write(spark.createDataFrame(changes, CHANGES))
 
     assert interfered == [1]
     commit_info = next(a["commitInfo"] for a in _log(uri, 3) if "commitInfo" in a)
     assert commit_info["operation"] != "DELETE"  # ours came after theirs
-    added = [a["add"]["path"] for a in _log(uri, 3) if "add" in a]
+    removed = {a["remove"]["path"] for a in _log(uri, 3) if "remove" in a}
+    adds = [a["add"]["path"] for a in _log(uri, 3) if "add" in a]
+    added = [path for path in adds if path not in removed]
     assert added and all("-redo" in path for path in added)  # computed again
+    if deletion_vectors == "auto":  # marked on the vectors of the DELETE
+        marked = _check_marked(uri, 3, 2)
+        assert all("-redo" in v["pathOrInlineDv"] for v in marked.values())
     deleted_meanwhile = {i for i in before if i % 3 == 0 and 6 <= i <= 2000}
     kept = {i: r for i, r in before.items() if i not in deleted_meanwhile}
     assert _every_reader(spark, uri) == _applied(kept, changes)
@@ -175,6 +227,7 @@ def test_the_change_feed_of_an_upsert_reports_live_rows_only(delta_spark, tmp_pa
     cdc = [a["cdc"] for a in _log(uri, 3) if "cdc" in a]
     removes = [a["remove"] for a in _log(uri, 3) if "remove" in a]
     assert cdc and removes and all(r.get("deletionVector") for r in removes)
+    _check_marked(uri, 3, 2)  # merge-on-read, with the change files in the same commit
 
 
 @MATCHED_BY
@@ -198,3 +251,93 @@ def test_a_damaged_vector_fails_the_upsert_naming_it_with_nothing_committed(
     assert "CRC-32" in str(raised.value)
     assert DeltaTable(uri).version() == 1  # nothing committed
     assert_no_orphans(uri)  # nothing staged left behind
+
+
+def test_merge_on_read_vectors_are_read_and_maintained_by_delta_spark(delta_spark, tmp_path):
+    """The sink's vectors (one file of them per batch, in its run directory; one extending
+    delta-spark's vector, one a file's first): every reader drops exactly the rows they mark,
+    no data file is rewritten, and delta-spark keeps deleting, merging, optimizing and
+    vacuuming on top of them; then a batch of deletes only marks rows of delta-spark's files
+    (a commit of vectors alone)."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri, rows=600, files=2)
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1000, '0', 0.5)")  # a file with no vector
+    before = {r["id"]: r for r in _every_reader(spark, uri)}
+    files_before = set(_live_vectors(uri, 2))
+    changes = [(1000, "0", 0.0, "D"), (0, "0", 1.5, "U"), (9, "0", 0.0, "D"), (601, "1", 6.0, "I")]
+    _upsert(uri).write(spark.createDataFrame(changes, CHANGES))
+
+    marked = _check_marked(uri, 3, 2)
+    vectors_before = _live_vectors(uri, 2)
+    # the files of 0 and 9 (with delta-spark's vector), 1000's (with none)
+    with_none = [vectors_before[p] is None for p in marked]
+    assert with_none.count(True) == 1 and 1 <= with_none.count(False) <= 2
+    assert files_before <= set(_live_vectors(uri, 3))  # nothing rewritten
+    expected = _applied(before, changes)
+    assert _every_reader(spark, uri) == expected
+    register(spark)
+    by_format = spark.read.format("deltalake").load(uri).toArrow().to_pylist()
+    assert comparable(by_format) == expected
+    metrics = next(a["commitInfo"] for a in _log(uri, 3) if "commitInfo" in a)["operationMetrics"]
+    assert metrics["numTargetDeletionVectorsAdded"] == str(len(marked))
+    assert metrics["numTargetRowsCopied"] == "0"
+
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 5 = 0")
+    spark.sql(
+        f"MERGE INTO delta.`{uri}` t USING (SELECT 1000L AS id, '0' AS s, 9.0D AS d) u "
+        "ON t.id = u.id WHEN MATCHED THEN UPDATE SET d = u.d WHEN NOT MATCHED THEN INSERT *"
+    )
+    expected = [r for r in expected if r["id"] % 5]
+    expected.append({"id": 1000, "s": "0", "d": 9.0})  # deleted by our vector, inserted again
+    assert _every_reader(spark, uri) == comparable(expected)
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = true")
+    assert _every_reader(spark, uri) == comparable(expected)
+    assert not list(Path(uri).glob("batch-*/*.bin"))  # VACUUM deleted our purged vectors
+
+    again = [(1000, "0", 1.0, "D"), (2, "2", 0.0, "D")]  # deletes only: vectors, no new file
+    _upsert(uri).write(spark.createDataFrame(again, CHANGES), epoch_id=1)
+    version = DeltaTable(uri).version()
+    _check_marked(uri, version, version - 1)
+    assert _every_reader(spark, uri) == _applied({r["id"]: r for r in expected}, again)
+
+
+def test_a_merge_on_read_batch_that_fails_to_commit_leaves_nothing_and_replays_once(
+    delta_spark, tmp_path, monkeypatch
+):
+    """The batch's vector file is written, then its commit fails: nothing is committed, the
+    vector file and the new rows are deleted, the table reads as before; written again, the
+    batch commits once, and a replay of it changes nothing. Compaction then purges the
+    vectors (every file of this small table deletes more than 5 % of its rows)."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _dv_table(spark, uri, rows=600, files=2)
+    before = {r["id"]: r for r in _every_reader(spark, uri)}
+    changes = [(0, "0", 1.5, "U"), (1, "1", 0.0, "D"), (700, "1", 7.0, "I")]
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        assert list(Path(uri).glob("batch-*/*.bin"))  # (the vectors were staged)
+        raise RuntimeError("the commit failed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_committer, "write_commit_with_changes", refuse)
+        with pytest.raises(RuntimeError, match="the commit failed"):
+            _upsert(uri).write(spark.createDataFrame(changes, CHANGES), epoch_id=7)
+    assert DeltaTable(uri).version() == 1
+    assert not list(Path(uri).glob("batch-*/*.bin"))
+    assert_no_orphans(uri)
+    assert _every_reader(spark, uri) == comparable(list(before.values()))
+
+    for _ in range(2):  # the write, then its replay (found committed: nothing more)
+        _upsert(uri).write(spark.createDataFrame(changes, CHANGES), epoch_id=7)
+    assert DeltaTable(uri).version() == 2
+    _check_marked(uri, 2, 1)
+    assert _every_reader(spark, uri) == _applied(before, changes)
+    assert_no_orphans(uri)
+
+    DeltaSink(uri).compact(spark)  # our own compaction purges our vectors
+    assert not any(_live_vectors(uri, 3).values())
+    assert _every_reader(spark, uri) == _applied(before, changes)

@@ -9,6 +9,7 @@ import datetime as dt
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -50,6 +51,21 @@ def test_matching_rows_are_counted_per_file_and_delete_flag(tmp_path: Path) -> N
     assert matches is not None
     assert matches.rows == {(0, False): 1, (0, True): 1, (1, True): 2}
     assert matches.stale.num_rows == 0  # without sequence_by every change applies
+    assert {i: p.tolist() for i, p in matches.positions.items()} == {0: [1, 2], 1: [0, 1]}
+
+
+def test_positions_count_the_rows_a_vector_deletes(tmp_path: Path) -> None:
+    """A file's row indexes are its physical ones: rows its vector deletes match nothing and
+    still count, as the new vector must name the rows after them."""
+    ids = pa.table({"id": pa.array([5, 6, 7, 6], pa.int64())})
+    pq.write_table(ids, tmp_path / "v.parquet")
+    vectored = Candidate(
+        "v.parquet", (tmp_path / "v.parquet").stat().st_size, (None,), np.array([1], np.uint64)
+    )
+    batch = _batch(pa.array([6, 7], pa.int64()), deletes=[True, False])
+    matches = driver_matches(TableLocation.of(str(tmp_path)), [ID], [vectored], batch)
+    assert matches is not None and matches.rows == {(0, True): 1, (0, False): 1}
+    assert matches.positions[0].tolist() == [2, 3]  # row 1 (a 6) was deleted already
 
 
 def test_partition_keys_come_from_the_log_and_missing_columns_match_nothing(
