@@ -18,21 +18,29 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
 from deltalake import DeltaTable
 from pyroaring import BitMap64
 
-from committers.delta.commit._log_append import LogStore
-from committers.delta.spark._upsert_stored import _LiveFile
+from committers.delta.spark._upsert_stored import _APPLIES, _DELETE, _FILE, _ROW_INDEX, _LiveFile
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import write_vector_file
 from committers.delta.table._snapshot import reader_features
 from committers.delta.write._committable import MarkedFile
-from framework.errors import ConfigurationError
+from framework.errors import ConfigurationError, RowCountMismatchError
 
-__all__ = ["DeletionVectorMode", "check_deletion_vector_mode", "mark_rows", "merges_on_read"]
+__all__ = [
+    "DeletionVectorMode",
+    "can_mark",
+    "check_deletion_vector_mode",
+    "check_marked",
+    "counted_positions",
+    "mark_rows",
+    "merges_on_read",
+]
 
 DeletionVectorMode = Literal["auto", "off"]
 
@@ -49,12 +57,11 @@ def check_deletion_vector_mode(mode: object) -> None:
         )
 
 
-def merges_on_read(
-    mode: DeletionVectorMode, table: DeltaTable | None, location: TableLocation
-) -> bool:
+def merges_on_read(mode: DeletionVectorMode, table: DeltaTable | None) -> bool:
     """Whether an upsert into ``table`` marks replaced rows in deletion vectors: ``mode`` is
-    ``"auto"``, the table enables them (its property and both features) and the sink's log
-    writer can commit the re-adds (local and S3 tables)."""
+    ``"auto"`` and the table enables them (its property and both features). (Its commits go
+    through the sink's log writer, as every rewrite of a table with vectors: upserts into such
+    tables on other storage than local and S3 are refused before they start.)"""
     if mode != "auto" or table is None:
         return False
     configuration = table.metadata().configuration
@@ -63,7 +70,6 @@ def merges_on_read(
         str(configuration.get(ENABLE_DELETION_VECTORS, "false")).lower() == "true"
         and "deletionVectors" in reader_features(table)[1]
         and "deletionVectors" in writer
-        and LogStore.supports(location)
     )
 
 
@@ -125,3 +131,44 @@ def _loose_stats(f: _LiveFile) -> str:
 
 
 _TIGHT = re.compile(r'"tightBounds"\s*:\s*(?:true|false)')
+
+
+def check_marked(
+    uri: str,
+    rows: int,
+    upserts: int,
+    touched: list[_LiveFile],
+    marked: tuple[MarkedFile, ...],
+    replaced: int,
+) -> None:
+    """A merge-on-read batch wrote exactly its new rows, and its new vectors delete exactly
+    the ``replaced`` rows more than the old ones did.
+
+    Raises:
+        RowCountMismatchError: otherwise; nothing was committed.
+    """
+    before = sum(f.deletion_vector.cardinality for f in touched if f.deletion_vector)
+    marks = sum(m.vector.cardinality for m in marked) - before
+    if rows != upserts or marks != replaced:
+        raise RowCountMismatchError(
+            f"the upsert into {uri} wrote {rows} new rows and marked {marks} rows deleted "
+            f"where the batch adds {upserts} and replaces {replaced}; nothing was committed."
+        )
+
+
+def counted_positions(rows: pa.Table, positions: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The counts per (file, delete, applies) of matched ``rows`` (as Spark's ``groupBy``
+    gives them), filling ``positions`` with the sorted row indexes of the applied ones by
+    file (as ``rows`` spell the file)."""
+    counted = rows.group_by([_FILE, _DELETE, _APPLIES]).aggregate([([], "count_all")])
+    applied = rows.filter(rows.column(_APPLIES))
+    files = applied.column(_FILE).to_pylist()
+    indexes = applied.column(_ROW_INDEX).to_numpy().astype(np.uint64)
+    by_file: dict[str, list[int]] = {}
+    for number, path in enumerate(files):
+        by_file.setdefault(path, []).append(number)
+    for path, numbers in by_file.items():
+        positions[path] = np.sort(indexes[numbers])
+    names = ["count" if c == "count_all" else c for c in counted.column_names]
+    rows_counted: list[dict[str, Any]] = counted.rename_columns(names).to_pylist()
+    return rows_counted

@@ -702,7 +702,7 @@ def _assert_stats_describe_files(uri: str) -> None:
 def test_touched_files_found_on_the_driver_or_by_spark_give_the_same_commit(
     spark, tmp_path, monkeypatch
 ) -> None:
-    from committers.delta.spark import _upsert, _upsert_touched
+    from committers.delta.spark import _upsert_matching, _upsert_touched
 
     def table(name: str) -> str:
         uri = str(tmp_path / name)
@@ -747,7 +747,7 @@ def test_touched_files_found_on_the_driver_or_by_spark_give_the_same_commit(
         removed = {a["remove"]["path"] for a in actions if "remove" in a}
         return _table_rows(uri, ["day", "id", "name"]), metrics, removed
 
-    monkeypatch.setattr(_upsert, "driver_matches", recorded)
+    monkeypatch.setattr(_upsert_matching, "driver_matches", recorded)
     on_driver = upsert(table("driver"))
     assert decided and decided[-1] is not None  # the driver decided
     monkeypatch.setattr(_upsert_touched, "DRIVER_MAX_FILES", 0)
