@@ -667,8 +667,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         Raises:
             NotATableError: no Delta table at the sink's location.
             ConfigurationError: a retention the table forbids, without the override.
-            DestinationError: a table with deletion vectors or v2 checkpoints, or storage
-                errors.
+            DestinationError: a table with v2 checkpoints, or storage errors.
         """
         report = vacuum_table(
             self.location,

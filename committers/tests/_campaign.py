@@ -510,11 +510,9 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
 
     location = TableLocation.of(table.uri, table.check_options)
     dt = DeltaTable(location.uri, storage_options=location.delta_storage_options())
-    vectors = "deletionVectors" in (dt.protocol().reader_features or ())
-    if not vectors:  # (it refuses tables with deletion vectors: nothing may be left there)
-        report.orphans_removed = len(
-            remove_orphan_files(location, retention_seconds=0, unsafe_allow_short_retention=True)
-        )
+    report.orphans_removed = len(
+        remove_orphan_files(location, retention_seconds=0, unsafe_allow_short_retention=True)
+    )
     report.table_version = dt.version()
     by_deltalake = [row["id"] for row in _deltalake_rows(dt, "id")]
     readers = [by_deltalake]
@@ -528,9 +526,9 @@ def _check(report: CampaignReport, table: _Target, expected: set[int]) -> None:
         report.duplicates = max(report.duplicates, sum(n - 1 for n in counts.values()))
         report.lost = max(report.lost, len(expected - set(counts)))
         report.unexpected = max(report.unexpected, len(set(counts) - expected))
-    # Files the log references: live ones, and those compaction replaced (kept for time
-    # travel until VACUUM).
-    committed = referenced_paths(location) | _vector_files(location)
+    # Files the log references: live ones (with their vectors' files), and those an upsert or
+    # compaction replaced (kept for time travel until VACUUM).
+    committed = referenced_paths(location)
     on_store = [location.relative(path) for path in location.filesystem().find(location.path())]
     stray = {
         path
@@ -551,20 +549,6 @@ def _deltalake_rows(dt: Any, columns: str) -> list[dict[str, Any]]:
     rows = QueryBuilder().register("t", dt).execute(f"SELECT {columns} FROM t").read_all()
     found: list[dict[str, Any]] = pa.table(rows).to_pylist()
     return found
-
-
-def _vector_files(location: object) -> set[str]:
-    """The deletion-vector files any add or remove still in the log names."""
-    from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, vector_path
-    from committers.delta.table._table import _file_actions
-
-    named = set()
-    for _, action in _file_actions(location):  # type: ignore[arg-type]
-        vector = action.get("deletionVector")
-        if vector and vector.get("storageType"):
-            path = vector_path(DeletionVectorDescriptor.from_json(vector), location)  # type: ignore[arg-type]
-            named.add(path or "")
-    return named - {""}
 
 
 def _check_changes(report: CampaignReport, table: _Target, source: _ChangeSource) -> None:

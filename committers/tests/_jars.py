@@ -14,6 +14,8 @@ DELTA_SPARK_CONFIGS = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # delta-spark rebuilds a snapshot's state in 50 partitions by default: 2 cores here.
     "spark.databricks.delta.snapshotPartitions": "2",
+    # ... and lists the files of a VACUUM in 10,000 tasks (95 s for a table of ten files).
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
 }
 
 _TOOL = Path(__file__).resolve().parents[2] / "tools" / "jars.py"

@@ -19,7 +19,15 @@ may still commit them); other kinds of files than Parquet; anything in directori
 ``_…`` or ``.…`` except ``_change_data/`` and the Hive directories of the table's own
 partition columns (``_x=1/`` for a column ``_x``), anywhere else at any depth (the sink's run
 directories ``batch-<n>-<run>/``, Spark's ``_temporary`` inside them); empty directories
-(left, as delta-rs leaves them). Tables with deletion vectors or v2 checkpoints are refused.
+other than the sink's run directories a vacuum empties (those are removed on local file
+systems, as delta-spark removes empty directories; a run directory is never written again,
+while another writer may be about to write into an empty partition directory; object stores
+have no directories). Tables with v2 checkpoints are refused.
+
+Deletion vector files (``deletion_vector_<uuid>.bin``) are files of the table like the data
+files, as in delta-spark's VACUUM: live while a file of the current version has its vector
+there (one vector file holds the vectors of many data files), removed when the newest remove
+naming it is older than the retention, unreferenced when no action in the log names it.
 
 The retention is the table's ``delta.deletedFileRetentionDuration`` (7 days if not set) unless
 given; a shorter one (or one under an hour) is refused unless forced, as delta-spark's
@@ -34,14 +42,18 @@ before: files the snapshot no longer lists). delta-rs's ``vacuum()`` alone would
 checkpoint drops the tombstones older than the table's retention, after which it never finds
 those files again, and its full mode deletes unreferenced files whatever their age (staged
 files of running writers too). delta-rs writes no VACUUM commit through its Python API
-otherwise, so a vacuum that deletes no file the snapshot lists as removed leaves no commit.
+otherwise, so a vacuum that deletes no data file the snapshot lists as removed leaves no
+commit (its vacuum deletes no deletion vector files: the sink deletes those itself).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import math
+import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -50,6 +62,7 @@ from urllib.parse import unquote
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import DeltaError
 
+from committers.delta.spark._spark_staging import RUN_DIR_PREFIX
 from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._change_feed import CHANGE_DATA_DIR
@@ -211,7 +224,7 @@ def vacuum_table(
         NotATableError: there is no Delta table at ``location``.
         ConfigurationError: a negative retention, or one shorter than the table's or than an
             hour without ``unsafe_allow_short_retention``; nothing deleted.
-        DestinationError: the table uses deletion vectors or v2 checkpoints, has a malformed
+        DestinationError: the table uses v2 checkpoints, has a malformed
             retention property, or the storage cannot be read or written (files deleted up to
             that point stay deleted; the table's versions within the retention stay readable).
     """
@@ -296,8 +309,15 @@ def _delete(
             tombstoned = set()
     others = [paths[path] for path in sorted(planned - tombstoned)]
     delete_files(location.filesystem(), others)
-    if not tombstoned:
-        return []
+    versions = _vacuum_tombstones(table, hours, len(others)) if tombstoned else []
+    if location.is_local:
+        _remove_emptied_run_directories(location, planned)
+    return versions
+
+
+def _vacuum_tombstones(table: DeltaTable, hours: int, others: int) -> list[int]:
+    """delta-rs's vacuum of the files the snapshot lists as removed; the versions it
+    committed."""
     run_id = str(uuid.uuid4())
     before = table.version()
     table.vacuum(
@@ -308,7 +328,7 @@ def _delete(
             custom_metadata={
                 COMMIT_OPERATION: "vacuum",
                 COMMIT_RUN_ID: run_id,
-                COMMIT_OTHER_FILES: str(len(others)),
+                COMMIT_OTHER_FILES: str(others),
             }
         ),
         post_commithook_properties=_POST_COMMIT,
@@ -316,6 +336,23 @@ def _delete(
     table.update_incremental()
     history = table.history(limit=max(1, table.version() - before))
     return sorted(int(info["version"]) for info in history if info.get(COMMIT_RUN_ID) == run_id)
+
+
+def _remove_emptied_run_directories(location: TableLocation, deleted: set[str]) -> None:
+    """Remove the directories of the sink's runs (and the ones inside them) that deleting
+    ``deleted`` (relative paths) left empty, deepest first; a directory that is not empty
+    stays."""
+    emptied = set()
+    for path in deleted:
+        parts = path.split("/")[:-1]
+        if parts and _RUN_DIRECTORY.fullmatch(parts[0]):
+            emptied |= {"/".join(parts[:depth]) for depth in range(1, len(parts) + 1)}
+    for directory in sorted(emptied, key=lambda d: -d.count("/")):
+        with contextlib.suppress(OSError):
+            os.rmdir(location.path(directory))
+
+
+_RUN_DIRECTORY = re.compile(re.escape(RUN_DIR_PREFIX) + r"\d+-[0-9a-f-]{36}")
 
 
 def _duration(seconds: float) -> str:

@@ -40,7 +40,7 @@ from committers.delta.table._table import (
     COMMIT_RUN_ID,
     COMMIT_WRITER,
     file_mtime,
-    is_data_file_candidate,
+    is_cleanable_file,
     live_paths,
     open_existing_table,
     plain_error_text,
@@ -506,7 +506,7 @@ def _staged_leftovers(location: TableLocation, table: DeltaTable, now: float) ->
                 for named in read_manifest(location, location.path(relative)).files:
                     owners.setdefault(named, owner)
     partition_by = table.metadata().partition_columns
-    data = {r for r in listing if is_data_file_candidate(r, partition_by) or r in owners}
+    data = {r for r in listing if is_cleanable_file(r, partition_by) or r in owners}
     for relative in sorted(data - _referenced(location, table, data)):
         if relative in owners:
             entries.append(_leftover(relative, "staged", listing[relative], now, owners[relative]))
@@ -668,7 +668,7 @@ def list_orphans(
 
     Raises:
         NotATableError, DestinationError: see ``_table.open_existing_table``; also when the
-            table uses features remove_orphan_files refuses (deletion vectors, v2 checkpoints).
+            table uses features remove_orphan_files refuses (v2 checkpoints).
         ConfigurationError: a retention below an hour without ``unsafe_allow_short_retention``.
     """
     open_existing_table(location)

@@ -257,11 +257,15 @@ def vector_file(descriptor: DeletionVectorDescriptor, location: TableLocation) -
 
 
 def vector_path(descriptor: DeletionVectorDescriptor, location: TableLocation) -> str | None:
-    """The path, relative to the table root, of the file a ``u`` descriptor names (what the
-    staging clean-up must keep once a commit references it); ``None`` for other kinds."""
-    if descriptor.storage_type != "u":
+    """The path, relative to the table root, of the file holding ``descriptor``'s vector: the
+    file a ``u`` descriptor names, or a ``p`` descriptor's when it is under the root (what the
+    clean-ups must keep while an action references it); ``None`` for inline vectors and files
+    outside the table."""
+    if descriptor.storage_type == "i":
         return None
-    return location.relative(vector_file(descriptor, location))
+    full = vector_file(descriptor, location)
+    relative = location.relative(full)
+    return None if relative == full else relative
 
 
 def _vector_path(descriptor: DeletionVectorDescriptor, location: TableLocation) -> str:

@@ -22,6 +22,7 @@ from committers.delta.storage._staging import STAGING_DIR, read_manifest
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.table._change_feed import CHANGE_DATA_DIR
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, vector_path
+from committers.delta.table._live_vectors import live_adds
 from framework.errors import (
     ConfigurationError,
     DestinationError,
@@ -36,6 +37,7 @@ __all__ = [
     "COMMIT_WRITER",
     "CleanupCandidates",
     "CommitRecord",
+    "action_paths",
     "added_paths",
     "check_cleanable",
     "cleanup_candidates",
@@ -43,7 +45,7 @@ __all__ = [
     "file_mtime",
     "find_commit",
     "find_run",
-    "is_data_file_candidate",
+    "is_cleanable_file",
     "live_paths",
     "open_existing_table",
     "open_table",
@@ -147,16 +149,14 @@ def check_cleanable(table: DeltaTable, location: TableLocation, operation: str) 
     """Deleting files is only safe where every reference to a file is read here.
 
     Raises:
-        DestinationError: the table uses deletion vectors or v2 checkpoints, whose references
-            (deletion vector files, checkpoint sidecars) are not read.
+        DestinationError: the table uses v2 checkpoints, whose references (checkpoint
+            sidecars) are not read.
     """
-    features = set(table.protocol().reader_features or [])
-    unsupported = features & {"deletionVectors", "v2Checkpoint"}
-    if unsupported:
+    if "v2Checkpoint" in _listed_reader_features(table):
         raise DestinationError(
-            f"{location.uri} uses {', '.join(sorted(unsupported))}; {operation} does not read "
-            "those references and will not risk deleting live files. Use the VACUUM of an "
-            "engine that supports them."
+            f"{location.uri} uses v2Checkpoint; {operation} does not read the checkpoint "
+            "sidecars it references and will not risk deleting live files. Use the VACUUM of "
+            "an engine that supports them."
         )
 
 
@@ -263,11 +263,17 @@ def added_paths(location: TableLocation, version: int) -> set[str]:
         action = json.loads(line) if line.strip() else {}
         for kind in ("add", "cdc"):
             if kind in action:
-                paths.add(_relative(action[kind]["path"], location))
-        vector = action.get("add", {}).get("deletionVector")
-        if vector is not None:
-            descriptor = DeletionVectorDescriptor.from_json(vector)
-            paths.add(vector_path(descriptor, location) or "")
+                paths |= action_paths(action[kind], location)
+    return paths
+
+
+def action_paths(action: Mapping[str, Any], location: TableLocation) -> set[str]:
+    """The files (relative, decoded) an ``add``, ``remove`` or ``cdc`` action needs: its own
+    and the file of its deletion vector when that is under the table root."""
+    paths = {_relative(action["path"], location)}
+    vector = action.get("deletionVector")
+    if vector and vector.get("storageType"):  # (a checkpoint's missing vector: all fields null)
+        paths.add(vector_path(DeletionVectorDescriptor.from_json(vector), location) or "")
     return paths - {""}
 
 
@@ -296,27 +302,37 @@ def _file_actions(location: TableLocation) -> Iterator[tuple[str, dict[str, Any]
 
 
 def referenced_paths(location: TableLocation) -> set[str]:
-    """Every file any reconstructable version (or tombstone) of the table mentions."""
-    return {_relative(action["path"], location) for _, action in _file_actions(location)}
+    """Every file any reconstructable version (or tombstone) of the table mentions, the files
+    of their deletion vectors included."""
+    paths: set[str] = set()
+    for _, action in _file_actions(location):
+        paths |= action_paths(action, location)
+    return paths
 
 
 def removal_times(location: TableLocation) -> dict[str, int]:
     """The newest ``deletionTimestamp`` (milliseconds) of each file a remove action still in
-    the log names, by relative path; ``0`` for a remove without one (as old as can be, as
-    delta-spark and delta-rs take it)."""
+    the log names (its data file and its deletion vector's file), by relative path; ``0`` for a
+    remove without one (as old as can be, as delta-spark and delta-rs take it)."""
     removed: dict[str, int] = {}
     for kind, action in _file_actions(location):
         if kind == "remove":
-            path = _relative(action["path"], location)
             when = int(action.get("deletionTimestamp") or 0)
-            removed[path] = max(when, removed.get(path, when))
+            for path in action_paths(action, location):
+                removed[path] = max(when, removed.get(path, when))
     return removed
 
 
 def live_paths(table: DeltaTable, location: TableLocation) -> set[str]:
-    """The files of ``table``'s current version, relative to the root and decoded."""
-    paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
-    return {_relative(path, location) for path in paths}
+    """The files of ``table``'s current version, relative to the root and decoded: its data
+    files and the files of their deletion vectors."""
+    if "deletionVectors" in _listed_reader_features(table):  # (delta-rs gives no vectors)
+        paths: set[str] = set()
+        for add in live_adds(location, table.version()).values():
+            paths |= action_paths(add, location)
+        return paths
+    logged = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    return {_relative(path, location) for path in logged}
 
 
 MIN_ORPHAN_RETENTION_SECONDS = 3600.0
@@ -341,20 +357,31 @@ def removal_path(logged: str) -> str | None:
     return decoded if delta_rs_path(decoded) == logged else None
 
 
-def is_data_file_candidate(relative: str, partition_by: Sequence[str] = ()) -> bool:
-    """Whether ``remove_orphan_files`` considers the file at ``relative`` (to the table root)
-    as data: a Parquet file outside the log and the other hidden (``_``/``.``) directories of
-    the table root. As in delta-spark's VACUUM, a directory of a partition column
-    (``<column>=...``, of ``partition_by``) is never hidden, whatever its name starts with:
-    the files under ``_2=a/`` of a table partitioned by ``_2`` are data; nor is
+def _listed_reader_features(table: DeltaTable) -> set[str]:
+    """The reader features a protocol lists (deletion vectors and v2 checkpoints are never
+    implied by an older reader version)."""
+    return set(table.protocol().reader_features or ())
+
+
+def is_cleanable_file(relative: str, partition_by: Sequence[str] = ()) -> bool:
+    """Whether the clean-ups (``remove_orphan_files``, VACUUM) consider the file at
+    ``relative`` (to the table root) as the table's: a Parquet file or a deletion vector file
+    (``deletion_vector_<uuid>.bin``) outside the log and the other hidden (``_``/``.``)
+    directories of the table root. As in delta-spark's VACUUM, a directory of a partition
+    column (``<column>=...``, of ``partition_by``) is never hidden, whatever its name starts
+    with: the files under ``_2=a/`` of a table partitioned by ``_2`` are data; nor is
     ``_change_data/``, whose change files are the table's too."""
-    if not relative.endswith(".parquet"):
+    name = relative.rsplit("/", 1)[-1]
+    if not (name.endswith(".parquet") or _VECTOR_FILE.fullmatch(name)):
         return False
     top, _, below = relative.partition("/")
     if not top.startswith((".", "_")) or (top == CHANGE_DATA_DIR and below):
         return True
     column, is_partition_directory, _ = top.partition("=")
     return bool(below and is_partition_directory) and unquote(column) in partition_by
+
+
+_VECTOR_FILE = re.compile(r"deletion_vector_[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.bin")
 
 
 @dataclass(frozen=True)
@@ -364,7 +391,7 @@ class CleanupCandidates:
     Attributes:
         files: relative path -> (fsspec path, listing entry) of the files older than the
             cutoff: entries of the staging directory, and data files
-            (:func:`is_data_file_candidate`).
+            (:func:`is_cleanable_file`).
         claimed: files a staging manifest younger than the cutoff names: their writer may
             still commit them.
     """
@@ -389,7 +416,7 @@ def cleanup_candidates(
                     claimed |= read_manifest(location, full).files
             elif not young:
                 files[relative] = (full, info)
-        elif not young and is_data_file_candidate(relative, partition_columns):
+        elif not young and is_cleanable_file(relative, partition_columns):
             files[relative] = (full, info)
     return CleanupCandidates(files, claimed)
 
@@ -417,18 +444,18 @@ def remove_orphan_files(
     """Delete files under the table root that no table version references and that are older
     than ``retention_seconds``; return their relative paths.
 
-    Considered: Parquet data files outside ``_delta_log`` and hidden directories (a partition
-    directory is not hidden, even ``_2=a/``), and our staging manifests. Never deleted: any
-    file named by a commit or checkpoint still in the log (added or tombstoned), any other kind
-    of file (the log, deletion vectors, files that are not the table's), files younger than
-    the retention, and files listed by a staging manifest younger than the retention (a writer
-    may still be about to commit them).
+    Considered: Parquet data files and deletion vector files outside ``_delta_log`` and hidden
+    directories (a partition directory is not hidden, even ``_2=a/``), and our staging
+    manifests. Never deleted: any file named by a commit or checkpoint still in the log (added
+    or tombstoned, with the file of its deletion vector), any other kind of file (the log,
+    files that are not the table's), files younger than the retention, and files listed by a
+    staging manifest younger than the retention (a writer may still be about to commit them).
 
     Raises:
         ConfigurationError: retention shorter than an hour without the explicit override; a short
             retention can delete files a running writer has staged but not committed yet.
-        DestinationError: the table uses deletion vectors or v2 checkpoints, whose references
-            this cleanup does not read; it refuses rather than risk deleting live files.
+        DestinationError: the table uses v2 checkpoints, whose sidecars this cleanup does not
+            read; it refuses rather than risk deleting live files.
     """
     if retention_seconds < MIN_ORPHAN_RETENTION_SECONDS and not unsafe_allow_short_retention:
         raise ConfigurationError(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, Field, Schema, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta import DeltaSink
@@ -214,16 +214,15 @@ def test_tables_vacuum_cannot_clean_are_refused(tmp_path):
     )
     with pytest.raises(DestinationError, match="'ever', which is not an interval"):
         DeltaSink(uri).vacuum()
-    vectors = str(tmp_path / "vectors")
-    DeltaTable.create(
-        vectors,
-        schema=Schema([Field("id", "long")]),
-        configuration={"delta.enableDeletionVectors": "true"},
-    )
-    write_deltalake(vectors, pa.table({"id": pa.array([1], pa.int64())}), mode="append")
-    with pytest.raises(DestinationError, match="uses deletionVectors; vacuum does not read"):
-        DeltaSink(vectors).vacuum(dry_run=False)
-    assert len(committed_files(vectors)) == 1
+    v2 = tmp_path / "v2"
+    write_deltalake(str(v2), pa.table({"id": [1]}))
+    features = ["v2Checkpoint"]
+    protocol = {"minReaderVersion": 3, "minWriterVersion": 7}
+    protocol |= {"readerFeatures": features, "writerFeatures": features}
+    (v2 / "_delta_log" / f"{1:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
+    with pytest.raises(DestinationError, match="uses v2Checkpoint; vacuum does not read"):
+        DeltaSink(str(v2)).vacuum(dry_run=False)
+    assert len(committed_files(str(v2))) == 1
 
 
 def test_delta_intervals_are_read_as_delta_spells_them():
