@@ -16,8 +16,7 @@ from deltalake import DeltaTable
 from committers.delta.spark._upsert_plan import UpsertPlan
 from committers.delta.spark._upsert_stored import _LiveFile
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
-from committers.delta.table._live_vectors import live_adds
+from committers.delta.table._live_vectors import live_adds, vector_of
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import WritePlan
 from committers.delta.table._schema import HIVE_NULL
@@ -108,9 +107,7 @@ def live_files(
     for i in range(actions.num_rows):
         path = unquote(paths[i])
         add = logged.get(path, {})
-        vector = None
-        if add.get("deletionVector") is not None:
-            vector = DeletionVectorDescriptor.from_json(add["deletionVector"], path)
+        vector = vector_of(add, path)
         deleted = vector.cardinality if vector is not None else 0
         files.append(
             _LiveFile(

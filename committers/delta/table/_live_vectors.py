@@ -27,7 +27,13 @@ from committers.delta.table._deletion_vectors import (
     unique_id,
 )
 
-__all__ = ["live_adds", "live_deletion_vectors", "table_deletion_vectors", "vectors_changed"]
+__all__ = [
+    "live_adds",
+    "live_deletion_vectors",
+    "table_deletion_vectors",
+    "vector_of",
+    "vectors_changed",
+]
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(
@@ -45,11 +51,19 @@ def live_deletion_vectors(
         DeletionVectorError: a commit needed to rebuild ``version`` is missing (log cleanup
             without a checkpoint), or a descriptor is malformed.
     """
-    return {
-        path: DeletionVectorDescriptor.from_json(add["deletionVector"], path)
-        for path, add in live_adds(location, version).items()
-        if add.get("deletionVector") is not None
-    }
+    vectors = {path: vector_of(add, path) for path, add in live_adds(location, version).items()}
+    return {path: vector for path, vector in vectors.items() if vector is not None}
+
+
+def vector_of(add: Mapping[str, Any], path: str) -> DeletionVectorDescriptor | None:
+    """The deletion vector an ``add`` action (as :func:`live_adds` gives it) names, if any;
+    ``path``: the data file's, for error messages.
+
+    Raises:
+        DeletionVectorError: the descriptor is malformed.
+    """
+    vector = add.get("deletionVector")
+    return None if vector is None else DeletionVectorDescriptor.from_json(vector, path)
 
 
 def live_adds(location: TableLocation, version: int) -> dict[str, dict[str, Any]]:

@@ -558,17 +558,12 @@ def with_replace_where(
 def _check_rewritable(
     shape: TableShape, where: ReplaceWhere, table_uri: str, log_writable: bool
 ) -> None:
-    problem = None
     if "deletionVectors" in shape.features and not log_writable:
-        problem = (
-            "it uses deletion vectors, and the remove of a rewritten file must name its "
-            "vector, which delta-rs cannot write; the sink writes such commits itself only on "
-            "local and S3 storage"
-        )
-    if problem:
         raise UnsupportedTableFeatureError(
             f"replace_where {where.text!r} reads data columns, so the overwrite rewrites the "
-            f"files holding matching rows, and it cannot rewrite {table_uri}: {problem}. "
+            f"files holding matching rows, and it cannot rewrite {table_uri}: it uses deletion "
+            "vectors, and the remove of a rewritten file must name its vector, which delta-rs "
+            "cannot write; the sink writes such commits itself only on local and S3 storage. "
             "Nothing was written. Use a replace_where on partition columns only, or "
             "delta-spark for this table."
         )

@@ -25,10 +25,9 @@ from committers.delta.commit._compact import (
     COMMIT_OPERATION,
     MIN_TARGET_FILE_SIZE,
     CompactionConflictError,
-    _bin_pack,
-    _File,
     compact_table,
 )
+from committers.delta.commit._compact_plan import CompactionFile, bin_pack
 from committers.delta.spark._spark_staging import RUN_DIR_PREFIX
 from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.table._table import delta_rs_path
@@ -265,10 +264,12 @@ def test_files_are_packed_up_to_the_target_in_several_groups_per_partition(
 
 
 def test_bin_packing_groups_files_up_to_the_target_and_leaves_single_files():
-    files = [_File(f"f{i}", f"f{i}", size, 1, ()) for i, size in enumerate([5, 40, 45, 50, 90])]
-    groups = _bin_pack((), files, target=100)
+    files = [
+        CompactionFile(f"f{i}", f"f{i}", size, 1, ()) for i, size in enumerate([5, 40, 45, 50, 90])
+    ]
+    groups = bin_pack((), files, target=100)
     assert [[f.path for f in g.files] for g in groups] == [["f0", "f1", "f2"]]  # 90 and 50 alone
-    assert _bin_pack((), files[:1], target=100) == []
+    assert bin_pack((), files[:1], target=100) == []
 
 
 def test_groups_are_spread_over_tasks_of_about_equal_bytes():
