@@ -113,6 +113,10 @@ def open_table(
     except OSError as err:  # wrong credentials, missing bucket, unreachable endpoint
         raise _not_writable(location, err) from err
     if not _is_empty_or_missing(location):
+        # Another writer may have made the table between the two looks: its first commit
+        # then deleted the manifests that said its files were staged, not foreign.
+        if DeltaTable.is_deltatable(uri, storage_options=options):
+            return DeltaTable(uri, storage_options=options)
         raise NotATableError(
             f"{location.uri} holds files but is not a Delta table (no _delta_log). "
             "Point table_uri at an existing Delta table, an empty directory or a new path."

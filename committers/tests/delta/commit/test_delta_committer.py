@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
 import threading
 import time
 import uuid
@@ -17,6 +18,9 @@ from deltalake import DeltaTable
 
 from committers.delta import DeltaGlobalCommitter, DeltaSink, StagedFile, StagedFileSerializer
 from committers.delta.commit import _committer as committer_module
+from committers.delta.storage._staging import STAGING_DIR
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._table import open_table
 from committers.tests._delta_helpers import (
     assert_no_duplicates,
     assert_no_orphans,
@@ -136,6 +140,28 @@ def test_different_app_ids_racing_both_land(tmp_path):
     assert ids(sink.table_uri) == expected
     table = DeltaTable(sink.table_uri)
     assert [table.transaction_version(ep.app_id) for ep in eps] == [0, 0, 0, 0]
+
+
+def test_a_table_another_writer_creates_while_it_is_opened_is_opened(tmp_path, monkeypatch):
+    """Between the look for a log (none yet) and the listing of the root, another writer
+    commits the table's first version and deletes the manifest that named its run directory:
+    the root then holds files no manifest names. That is the new table, not foreign files."""
+    sink = make_sink(tmp_path)
+    other = epoch(0, app_id="first-writer")
+    committer = sink.create_global_committer()
+    committer.commit([committer.combine(other, stage(sink, other, [day_batch(0, 10)]))])
+    shutil.rmtree(Path(sink.table_uri, STAGING_DIR))  # as its committed epoch's clean-up does
+    real = DeltaTable.is_deltatable
+    looks: list[bool] = []
+
+    def not_yet_then_real(uri, storage_options=None):  # the first look came too early
+        looks.append(bool(looks) and real(uri, storage_options=storage_options))
+        return looks[-1]
+
+    monkeypatch.setattr(DeltaTable, "is_deltatable", staticmethod(not_yet_then_real))
+    opened = open_table(TableLocation.of(sink.table_uri))
+    assert looks == [False, True]
+    assert opened is not None and opened.version() == 0
 
 
 def test_writer_abort_removes_its_files_and_manifest(tmp_path):
