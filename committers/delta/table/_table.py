@@ -470,13 +470,13 @@ def remove_orphan_files(
         )
     table = DeltaTable(location.uri, storage_options=location.delta_storage_options())
     check_cleanable(table, location, "remove_orphan_files")
-    referenced = referenced_paths(location)
     listing = cleanup_candidates(
         location,
         cutoff=time.time() - retention_seconds,
         partition_columns=table.metadata().partition_columns,
     )
-    keep = referenced | listing.claimed
+    # The log after the listing: a file listed and committed meanwhile is referenced.
+    keep = referenced_paths(location) | listing.claimed
     removed = sorted(r for r in listing.files if r not in keep)
     if not dry_run:
         delete_files(location.filesystem(), [listing.files[r][0] for r in removed])
