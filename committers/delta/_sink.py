@@ -186,9 +186,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         partial_updates: with ``mode="upsert"``: the input may lack table columns; an updated
             row keeps its stored values of them (an inserted row gets NULL). Off by default:
             an input lacking a table column is refused.
-        deletion_vectors: with ``mode="upsert"``: ``"auto"`` (default) marks the rows a batch
+        deletion_vectors: with ``mode="upsert"``, and ``mode="overwrite"`` with a
+            ``replace_where`` on data columns: ``"auto"`` (default) marks the rows a batch
             replaces in deletion vectors, writing only its new rows (merge-on-read, as
-            delta-spark's ``MERGE``), where the table enables them
+            delta-spark's ``MERGE`` and ``replaceWhere``), where the table enables them
             (``delta.enableDeletionVectors=true``) and is on local or S3 storage; ``"off"``
             always rewrites the files holding them (copy-on-write).
         upsert: with ``mode="upsert"``: ``keys``, ``sequence_by``, ``delete_when`` and
@@ -600,6 +601,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             table_configuration=self.table_configuration,
             user_metadata=self.user_metadata,
             replace_where=self.replace_where if self.mode == "overwrite" else None,
+            deletion_vectors=self.deletion_vectors,
             overwrite=self.mode == "overwrite",
             rewrite_options=self.options,
             staging=self.staging,

@@ -55,6 +55,7 @@ from committers.delta.commit._sequence import (
     write_transaction,
 )
 from committers.delta.commit._staging_cleanup import StagingCleaner, StagingCleanups
+from committers.delta.spark._upsert_marks import DeletionVectorMode
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, vector_path
 from committers.delta.table._replace_where import ReplaceWhere
@@ -147,18 +148,22 @@ class DeltaGlobalCommitter(
         staging: Staging = "auto",
         spelling: OptionSpelling = SINK_SPELLING,
         auto_compactor: AutoCompactor | None = None,
+        deletion_vectors: DeletionVectorMode = "auto",
     ) -> None:
         """``opened``: a handle of the table and the credentials it was built with (those of
         the sink's ``prepare``), used instead of opening the table again. ``rewrite_options``,
         ``staging``: how an overwrite whose ``replace_where`` reads data columns rewrites the
-        files holding matching rows (see ``_replace_rewrite``). ``auto_compactor``: compacts
-        small files after epochs (:meth:`after_epoch`, see ``_auto_compact``)."""
+        files holding matching rows (see ``_replace_rewrite``), or marks them in deletion
+        vectors (``deletion_vectors="auto"`` on a table that enables them, see
+        ``_replace_marks``). ``auto_compactor``: compacts small files after epochs
+        (:meth:`after_epoch`, see ``_auto_compact``)."""
         self._location = location
         self._spelling = spelling  # how the errors of a re-check name options
         self._overwrite = overwrite
         self._replace_where = replace_where
         self._rewrite_options = rewrite_options or WriterOptions()
         self._staging: Staging = staging
+        self._deletion_vectors: DeletionVectorMode = deletion_vectors
         self._plan = plan
         self._input_schema = input_schema
         self._schema_mode = schema_mode

@@ -19,6 +19,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from committers.delta.commit._change_data_commit import live_removes
 from committers.delta.commit._sequence import POST_COMMIT, files_gone, write_transaction
 from committers.delta.spark._replace_rewrite import replace_rows
+from committers.delta.spark._upsert_marks import DeletionVectorMode
 from committers.delta.spark._upsert_plan import classic_session
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._change_feed import writes_change_data
@@ -55,6 +56,7 @@ class ReplacementCommits:
     _replace_where: ReplaceWhere | None
     _rewrite_options: WriterOptions
     _staging: Staging
+    _deletion_vectors: DeletionVectorMode
 
     def snapshot(self) -> DeltaTable | None:
         raise NotImplementedError
@@ -88,6 +90,7 @@ class ReplacementCommits:
             staging=self._staging,
             session=classic_session(),
             new_files=new_files,
+            deletion_vectors=self._deletion_vectors,
         )
         redo = None
         if attempt == 0:
@@ -112,7 +115,8 @@ class ReplacementCommits:
         ``mode: Append``. The predicate is recorded either way.
         """
         removed, deleted, vectors = self._files_replaced(table, committable.rewrite)
-        if committable.rewrite is not None and committable.rewrite.change_files:
+        rewrite = committable.rewrite
+        if rewrite is not None and (rewrite.change_files or rewrite.marked):  # delta-rs cannot
             by_logged_path = {f["path"]: vectors[path] for path, f in removed if path in vectors}
             logged = live_removes(table, [f["path"] for _, f in removed], by_logged_path)
             self._write_with_changes(table, committable, logged, deleted_rows=deleted)

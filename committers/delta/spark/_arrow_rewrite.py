@@ -35,6 +35,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -67,6 +68,7 @@ __all__ = [
     "check_rows",
     "file_group",
     "in_tasks",
+    "in_tasks_or_threads",
     "rewrite_groups",
     "rewriting",
 ]
@@ -77,6 +79,8 @@ T = TypeVar("T")
 #: 25 ms of its own (measured in local[2]), so small groups share tasks; large compactions
 #: still get tasks small enough to retry cheaply.
 TASK_BYTES = 512 * 1024 * 1024
+#: Threads of a rewrite run without Spark.
+_LOCAL_THREADS = 8
 
 #: Keeps some rows of a table of the table's logical schema (pickled to the tasks).
 RowFilter = Callable[[pa.Table], pa.Table]
@@ -217,6 +221,21 @@ def in_tasks(
     tasks = _pack(groups, max(cores, math.ceil(total / TASK_BYTES)))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
     return rdd.flatMap(lambda task: [work(g) for g in task]).collect()
+
+
+def in_tasks_or_threads(
+    spark: SparkSession | None,
+    groups: list[GroupToRewrite],
+    work: Callable[[GroupToRewrite], T],
+    failure: str,
+) -> list[T]:
+    """:func:`in_tasks` under :func:`rewriting` (``failure`` heads a task's error), or, without
+    ``spark`` (a Python worker commits), ``work`` in this process's threads; in no order."""
+    if spark is None:
+        with ThreadPoolExecutor(min(_LOCAL_THREADS, max(1, len(groups)))) as pool:
+            return list(pool.map(work, groups))
+    with rewriting(spark, failure):
+        return in_tasks(spark, groups, work)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,10 @@ snapshot V, once the new rows are staged and checked:
    writes the kept rows of those that have some. A candidate without a matching row is left as
    it is (its copy, if one was written, is never committed); one whose rows all match leaves
    no file. The rows read from each candidate must be the rows the log records for it.
+   On a table that enables deletion vectors (``deletion_vectors="auto"``), no file is
+   rewritten: the matching rows are marked in new vectors instead
+   (:mod:`committers.delta.spark._replace_marks`) and the commit adds back each candidate
+   that keeps rows with its new vector.
 3. The result names the replaced candidates, the unchanged ones and V. The commit removes the
    replaced files and the whole-match files with the adds, only if every replaced file is
    still live and no file that may hold a matching row appeared since V; otherwise the
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -45,12 +48,13 @@ from committers.delta.spark._arrow_rewrite import (
     GroupToRewrite,
     check_rows,
     file_group,
-    in_tasks,
+    in_tasks_or_threads,
     rewrite_vectors,
     rewriting,
 )
 from committers.delta.spark._change_data import change_directory, stage_changes, staged_rows
 from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
+from committers.delta.spark._replace_marks import mark_replaced_rows
 from committers.delta.spark._scan import read_schema, scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
@@ -58,6 +62,7 @@ from committers.delta.spark._spark_staging import (
     spark_manifest_path,
     spark_uri,
 )
+from committers.delta.spark._upsert_marks import DeletionVectorMode, can_mark, merges_on_read
 from committers.delta.storage._staging import write_manifest
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._change_feed import (
@@ -69,13 +74,13 @@ from committers.delta.table._change_feed import (
 )
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, deleted_rows_of
 from committers.delta.table._delta_schema import quote
-from committers.delta.table._live_vectors import table_deletion_vectors
+from committers.delta.table._live_vectors import live_adds, vector_of
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
 from committers.delta.table._rules import TableShape, WritePlan, plan_write
 from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.table._table import removal_path
-from committers.delta.write._committable import ReplacedFile, Rewrite, StagedFile
+from committers.delta.write._committable import MarkedFile, ReplacedFile, Rewrite, StagedFile
 from committers.delta.write._options import Staging, WriterOptions
 from framework.errors import RowCountMismatchError, StagingError
 from framework.sink import Epoch, InputPlan, PlannedColumn
@@ -89,7 +94,6 @@ __all__ = ["replace_rows"]
 _FILE = "__sparksink_file__"
 _MATCHED = "__sparksink_matched__"
 _ROW = "__sparksink_row_index__"
-_LOCAL_THREADS = 8
 # Hadoop expands these in the paths Spark is given to read.
 _GLOB_CHARACTERS = frozenset("{}[]*?\\")
 
@@ -104,6 +108,11 @@ class _Candidate:
     records: int | None  # live rows: its deletion vector's are not counted
     partition: tuple[tuple[str, Any], ...]  # typed values, in partition column order
     deletion_vector: DeletionVectorDescriptor | None = None
+    # As its add logs them, where the log was replayed (tables with deletion vectors): what a
+    # re-add with a new vector repeats.
+    logged_stats: str | None = None
+    modification_time: int | None = None
+    logged_partition: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,7 @@ def replace_rows(
     staging: Staging,
     session: SparkSession | None,
     new_files: Sequence[StagedFile] = (),
+    deletion_vectors: DeletionVectorMode = "auto",
 ) -> tuple[list[StagedFile], Rewrite]:
     """Rewrite, for ``epoch``'s overwrite, the files of ``table`` (at its current version)
     that hold rows ``where`` matches (see the module docstring); ``attempt`` numbers the
@@ -158,6 +168,8 @@ def replace_rows(
     the rewrite (``None``: this process does it with pyarrow). ``new_files``: the overwrite's
     staged rows, which the change files of a table with the change data feed on report as
     inserted (with the rows replaced as deleted; files whose rows all match are read then too).
+    ``deletion_vectors``: ``"auto"`` marks the replaced rows in deletion vectors where the
+    table enables them, ``"off"`` rewrites the files holding them.
 
     Returns:
         The staged files of the kept rows, and the :class:`Rewrite` the commit checks and
@@ -182,22 +194,26 @@ def replace_rows(
             "classic Spark session runs here (Spark Connect, or a Python worker). Nothing was "
             "committed; write it with DeltaSink from a classic Spark session."
         )
-    vectors = table_deletion_vectors(location, reader_features(table)[1], read_version)
-    candidates = _candidates(table, shape, bound, location.uri, whole_too=feed, vectors=vectors)
+    features = reader_features(table)[1]
+    adds = live_adds(location, read_version) if "deletionVectors" in features else {}
+    candidates = _candidates(table, shape, bound, location.uri, whole_too=feed, adds=adds)
     if not candidates:
         return [], Rewrite(read_version=read_version)
     # The kept rows have the table's columns now (a merge's new columns come later, as null).
     table_plan = plan_write(shape, shape.arrow_schema(), "strict", location.uri)
     rewrite_epoch = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-rewrite{attempt}")
     job = _Job(location, table_plan, bound, candidates, options, rewrite_epoch)
-    if staging == "spark" and session is not None:
+    snapshot = Snapshot(location, read_version, shape, features, table.schema().to_json())
+    staged: list[StagedFile] = []
+    marked: tuple[MarkedFile, ...] = ()
+    if merges_on_read(deletion_vectors, table) and can_mark(candidates):
+        marks = mark_replaced_rows(session, snapshot, bound, candidates, rewrite_epoch)
+        counts, marked = marks.counts, marks.marked
+    elif staging == "spark" and session is not None:
         staged, counts = _with_spark(session, job)
     else:
-        snapshot = Snapshot(
-            location, read_version, shape, reader_features(table)[1], table.schema().to_json()
-        )
         staged, counts = _with_arrow(session, snapshot, job)
-    rewrite = _rewrite(location.uri, read_version, candidates, counts)
+    rewrite = _rewrite(location.uri, read_version, candidates, counts, marked)
     if feed and rewrite.replaced:
         assert session is not None
         changes_epoch = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-changes{attempt}")
@@ -254,11 +270,12 @@ def _candidates(
     uri: str,
     *,
     whole_too: bool,
-    vectors: Mapping[str, DeletionVectorDescriptor],
+    adds: Mapping[str, Mapping[str, Any]],
 ) -> list[_Candidate]:
     """The live files that may hold matching rows (``whole_too``: also those whose every row
     matches by its partition values, whose rows the change files must report), with their
-    deletion vectors (``vectors``, by decoded path).
+    deletion vectors and what their adds log (``adds``, by decoded path: empty for a table
+    without deletion vectors).
 
     Raises:
         UnsupportedTableFeatureError: one's logged path cannot be removed exactly.
@@ -279,7 +296,8 @@ def _candidates(
                 "was committed; rewrite the file with the tool that wrote it (e.g. delta-rs's "
                 "optimize.compact())."
             )
-        vector = vectors.get(decoded)
+        add = adds.get(decoded, {})
+        vector = vector_of(add, decoded)
         records = action.get("num_records")
         if records is not None and vector is not None:
             records -= vector.cardinality
@@ -291,6 +309,9 @@ def _candidates(
                 records=records,
                 partition=tuple((c, action.get(f"partition.{c}")) for c in shape.partition_by),
                 deletion_vector=vector,
+                logged_stats=add.get("stats"),
+                modification_time=add.get("modificationTime"),
+                logged_partition=add.get("partitionValues") or {},
             )
         )
     return found
@@ -301,8 +322,10 @@ def _rewrite(
     read_version: int,
     candidates: list[_Candidate],
     counts: dict[int, tuple[int, int]],
+    marked: tuple[MarkedFile, ...] = (),
 ) -> Rewrite:
-    """The :class:`Rewrite` of the candidates, given (rows read, rows matched) per candidate.
+    """The :class:`Rewrite` of the candidates, given (rows read, rows matched) per candidate
+    and the files ``marked`` (added back with new deletion vectors: no row copied).
 
     Raises:
         RowCountMismatchError: a candidate was read with another number of rows than its log
@@ -333,11 +356,19 @@ def _rewrite(
         )
         copied += rows - matched
         deleted += matched
+    metrics = {"numCopiedRows": copied, "numDeletedRows": deleted}
+    if marked:  # (delta-spark's names for a DELETE with vectors)
+        metrics.update(
+            numCopiedRows=0,
+            numDeletionVectorsAdded=len(marked),
+            numDeletionVectorsRemoved=sum(f.deletion_vector is not None for f in replaced),
+        )
     return Rewrite(
         read_version=read_version,
         replaced=tuple(replaced),
         unchanged=tuple(unchanged),
-        metrics={"numCopiedRows": copied, "numDeletedRows": deleted},
+        metrics=metrics,
+        marked=marked,
     )
 
 
@@ -360,14 +391,8 @@ def _with_arrow(
         )
         for i, c in enumerate(job.candidates)
     ]
-    work = _RewriteFile(rewriter)
-    if session is None:
-        with ThreadPoolExecutor(min(_LOCAL_THREADS, len(groups))) as pool:
-            results = list(pool.map(work, groups))
-    else:
-        failure = f"the overwrite of {location.uri} failed while Python tasks rewrote its files"
-        with rewriting(session, failure):
-            results = in_tasks(session, groups, work)
+    failure = f"the overwrite of {location.uri} failed while Python tasks rewrote its files"
+    results = in_tasks_or_threads(session, groups, _RewriteFile(rewriter), failure)
     check_rows(
         f"the overwrite of {location.uri} (rewritten in {directory})", [o for _, o in results]
     )

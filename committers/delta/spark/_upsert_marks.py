@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -27,13 +27,14 @@ from pyroaring import BitMap64
 
 from committers.delta.spark._upsert_stored import _APPLIES, _DELETE, _FILE, _ROW_INDEX, _LiveFile
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._deletion_vectors import write_vector_file
+from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, write_vector_file
 from committers.delta.table._snapshot import reader_features
 from committers.delta.write._committable import MarkedFile
 from framework.errors import ConfigurationError, RowCountMismatchError
 
 __all__ = [
     "DeletionVectorMode",
+    "MarkableFile",
     "can_mark",
     "check_deletion_vector_mode",
     "check_marked",
@@ -73,7 +74,29 @@ def merges_on_read(mode: DeletionVectorMode, table: DeltaTable | None) -> bool:
     )
 
 
-def can_mark(files: Sequence[_LiveFile]) -> bool:
+class MarkableFile(Protocol):
+    """A live file as a merge-on-read rewrite read it, with what its re-add repeats."""
+
+    @property
+    def path(self) -> str: ...  # decoded, relative to the root
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def records(self) -> int | None: ...  # live rows: its deletion vector's not counted
+
+    @property
+    def deletion_vector(self) -> DeletionVectorDescriptor | None: ...
+
+    @property
+    def logged_stats(self) -> str | None: ...  # as its add logs them
+
+    @property
+    def modification_time(self) -> int | None: ...
+
+
+def can_mark(files: Sequence[MarkableFile]) -> bool:
     """Whether every file's add logs what its re-add must repeat: its row count (a vector's
     add must carry the physical file's ``numRecords``) and its modification time."""
     return all(f.records is not None and f.modification_time is not None for f in files)
@@ -81,7 +104,7 @@ def can_mark(files: Sequence[_LiveFile]) -> bool:
 
 def mark_rows(
     location: TableLocation,
-    touched: Sequence[_LiveFile],
+    touched: Sequence[MarkableFile],
     positions: Mapping[str, np.ndarray],
     deleted: Mapping[str, np.ndarray],
     partition_values: Sequence[Mapping[str, str | None]],
@@ -114,7 +137,7 @@ def mark_rows(
     )
 
 
-def _loose_stats(f: _LiveFile) -> str:
+def _loose_stats(f: MarkableFile) -> str:
     """``f``'s logged stats with ``tightBounds: false``: its bounds and null counts stay
     those of every physical row (PROTOCOL.md, "Per-file Statistics"); without logged stats,
     the row count alone. Edited as text: a decimal bound must keep every digit its writer

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from committers.delta import DeltaGlobalCommitter, DeltaSink, UnsupportedTableFeatureError
 from committers.delta.commit._log_append import LogStore
@@ -460,10 +460,12 @@ def test_a_file_another_writer_logged_in_a_foreign_encoding_is_refused(spark, tm
 EVEN = pa.schema([("id", pa.int64()), ("is_even", pa.bool_()), ("s", pa.string())])
 
 
-def _even_table(tmp_path: Path) -> tuple[str, dict[str, str]]:
+def _even_table(tmp_path: Path, *, vectors: bool = False) -> tuple[str, dict[str, str]]:
     """An unpartitioned table of four files made by delta-rs: only odd rows, only even rows,
-    both, and odd rows with a NULL ``is_even``; and the files by that name."""
+    both, and odd rows with a NULL ``is_even``; and the files by that name. ``vectors``: the
+    table enables deletion vectors (an overwrite marks rows instead of rewriting files)."""
     uri = str(tmp_path / "even")
+    configuration = {"delta.enableDeletionVectors": "true"} if vectors else None
     files = {
         "odd": [(1, False), (3, False), (5, False)],
         "even": [(2, True), (4, True)],
@@ -480,7 +482,7 @@ def _even_table(tmp_path: Path) -> tuple[str, dict[str, str]]:
             },
             schema=EVEN,
         )
-        write_deltalake(uri, table, mode="append")
+        write_deltalake(uri, table, mode="append", configuration=configuration)
         (names[name],) = set(committed_files(uri)) - set(names.values())
     return uri, names
 
@@ -493,14 +495,23 @@ def _even_rows(spark, ids):
 
 
 def _expect_even(uri: str, rows: list[tuple[int, bool | None, str]]) -> None:
-    """The table holds exactly ``rows`` (id, is_even, s), by deltalake and by DuckDB."""
+    """The table holds exactly ``rows`` (id, is_even, s), by deltalake (DataFusion: its
+    pyarrow dataset refuses deletion vectors) and by DuckDB."""
     expected = sorted(rows)
 
     def key(r):
         return (r["id"], r["is_even"], r["s"])
 
-    assert sorted(key(r) for r in read_rows(uri)) == expected
+    by_datafusion = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT * FROM t")
+    assert sorted(key(r) for r in pa.table(by_datafusion.read_all()).to_pylist()) == expected
     assert sorted(key(r) for r in duckdb_rows(uri)) == expected
+
+
+def _adds(uri: str, version: int) -> list[dict]:
+    """The add actions of ``version``'s commit."""
+    path = Path(uri, "_delta_log", f"{version:020d}.json")
+    actions = [json.loads(line) for line in path.read_text().splitlines()]
+    return [a["add"] for a in actions if "add" in a]
 
 
 OLD_ROWS_KEPT = [
@@ -556,6 +567,52 @@ def test_replace_where_on_a_data_column_rewrites_only_the_files_holding_matching
     assert DeltaTable(uri).version() == version
     _expect_even(uri, [*OLD_ROWS_KEPT, (10, True, "new10"), (12, True, "new12")])
     assert data_files_on_disk(uri) <= files_ever_added(uri) and staging_leftovers(uri) == []
+
+
+def test_replace_where_marks_rows_in_vectors_without_spark(tmp_path) -> None:
+    """On a table that enables deletion vectors, the rewrite of an overwrite run without Spark
+    (the ``"deltalake"`` format commits in a Python worker) marks the matching rows instead of
+    rewriting files: the mixed file is added back with a vector deleting its even row (its
+    first), the file of even rows only is removed whole, the others are left alone, and no data
+    file is written; with ``deletion_vectors="off"`` the mixed file is rewritten."""
+    from committers.delta.spark._replace_rewrite import replace_rows
+    from committers.delta.storage._storage import TableLocation
+    from committers.delta.table._deletion_vectors import deleted_rows
+    from committers.delta.write._options import WriterOptions
+    from framework.sink import Epoch
+
+    uri, files = _even_table(tmp_path, vectors=True)
+    location = TableLocation.of(uri)
+    epoch = Epoch(app_id="evens", epoch_id=1, writer_identity="w", run_id="r1")
+    where = ReplaceWhere.parse("is_even = true")
+    kwargs = {"attempt": 0, "staging": "auto", "session": None}
+    staged, rewrite = replace_rows(
+        location, DeltaTable(uri), where, WriterOptions(), epoch, **kwargs
+    )
+    assert staged == []
+    assert {f.logged_path for f in rewrite.replaced} == {files["even"], files["mixed"]}
+    assert rewrite.unchanged == ()  # (the odd and NULL files: not read, by their stats)
+    (marked,) = rewrite.marked
+    assert marked.path == files["mixed"] and marked.vector.cardinality == 1
+    assert deleted_rows(marked.vector, location, marked.path).tolist() == [0]  # row 6
+    assert json.loads(marked.stats) == {**_stats_of(uri, files["mixed"]), "tightBounds": False}
+    assert rewrite.metrics["numDeletedRows"] == 3 and rewrite.metrics["numCopiedRows"] == 0
+
+    staged, rewrite = replace_rows(
+        location, DeltaTable(uri), where, WriterOptions(), epoch, **kwargs, deletion_vectors="off"
+    )
+    assert not rewrite.marked and [f.num_records for f in staged] == [1]  # row 7
+
+
+def _stats_of(uri: str, path: str) -> dict:
+    """The stats the add of live file ``path`` logs (tables without checkpoints)."""
+    (stats,) = [
+        json.loads(a["stats"])
+        for v in range(DeltaTable(uri).version() + 1)
+        for a in _adds(uri, v)
+        if a["path"] == path
+    ]
+    return stats
 
 
 def test_a_new_row_the_data_predicate_does_not_hold_for_commits_nothing(spark, tmp_path) -> None:
@@ -792,14 +849,16 @@ def test_a_file_spark_would_read_as_a_pattern_is_refused_under_spark_staging(
     _expect_even(uri, [(1, False, "a"), (3, False, "c"), (10, True, "new10")])
 
 
+@pytest.mark.parametrize("vectors", [False, True], ids=["rewrite", "deletion-vectors"])
 def test_a_driver_killed_between_the_rewrite_and_the_commit_overwrites_once_on_rerun(
-    spark, tmp_path
+    spark, tmp_path, vectors
 ) -> None:
     """The driver is SIGKILLed (its whole process group) right as it commits, after the
-    matching files were rewritten: the re-run of the same epoch commits the overwrite once
-    (or finds it committed, if the kill came after the commit landed), with exactly the
-    expected rows and no staged or rewritten file left behind."""
-    uri, _ = _even_table(tmp_path)
+    matching files were rewritten (or, on a table with deletion vectors, their rows marked in a
+    new vector file): the re-run of the same epoch commits the overwrite once (or finds it
+    committed, if the kill came after the commit landed), with exactly the expected rows and
+    no staged, rewritten or vector file left behind."""
+    uri, names = _even_table(tmp_path, vectors=vectors)
     before = DeltaTable(uri).version()
     out = tmp_path / "driver.out"
     with out.open("w") as stdout_file:
@@ -823,3 +882,7 @@ def test_a_driver_killed_between_the_rewrite_and_the_commit_overwrites_once_on_r
     assert DeltaTable(uri).version() == before + 1
     _expect_even(uri, [*OLD_ROWS_KEPT, (10, True, "new10"), (12, True, "new12")])
     assert data_files_on_disk(uri) <= files_ever_added(uri) and staging_leftovers(uri) == []
+    if vectors:  # the mixed file kept, its even row marked; one vector file, the committed one
+        (add,) = [a for a in _adds(uri, before + 1) if a["path"] == names["mixed"]]
+        assert add["deletionVector"]["cardinality"] == 1
+        assert len(list(Path(uri).rglob("deletion_vector_*.bin"))) == 1

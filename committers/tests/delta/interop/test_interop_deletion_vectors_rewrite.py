@@ -196,15 +196,18 @@ def _live_adds(uri: str) -> dict[str, dict]:
     return live
 
 
-@pytest.mark.parametrize(("staging", "feed"), [("auto", False), ("spark", True)])
+@pytest.mark.parametrize(
+    ("staging", "vectors", "feed"), [("auto", "off", False), ("spark", "auto", True)]
+)
 def test_replace_where_on_data_columns_never_brings_back_a_deleted_row(
-    delta_spark, tmp_path, staging, feed
+    delta_spark, tmp_path, staging, vectors, feed
 ):
-    """An overwrite whose replace_where reads a data column rewrites the files holding
-    matching rows without them and without the rows their vectors delete (Python tasks, or
-    Spark's reader by ``_metadata.row_index``), and removes each file with its vector; with the
-    change data feed on, delta-spark's feed reports the live rows replaced, never a deleted
-    one."""
+    """An overwrite whose replace_where reads a data column either rewrites the files holding
+    matching rows without them and without the rows their vectors delete
+    (``deletion_vectors="off"``), or (``"auto"``, the table enables vectors) marks the matching
+    rows in new vectors and adds each file back with its new vector, writing only the new rows;
+    either way it removes each file with its old vector; with the change data feed on,
+    delta-spark's feed reports the live rows replaced, never a deleted one."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _dv_table(spark, uri)
@@ -216,7 +219,9 @@ def test_replace_where_on_data_columns_never_brings_back_a_deleted_row(
     before = _every_reader(spark, uri)
     vectors_before = _live_vectors(uri, version)
     new = [(i, str(i % 3), -1.0) for i in (3, 10, 100, 101, 102)]  # (3, 10: deleted before)
-    sink = DeltaSink(uri, mode="overwrite", replace_where="id < 800", staging=staging)
+    sink = DeltaSink(
+        uri, mode="overwrite", replace_where="id < 800", staging=staging, deletion_vectors=vectors
+    )
     TwoPhaseSink(sink).write(spark.createDataFrame(new, "id long, s string, d double"))
 
     replaced = [r for r in before if r["id"] < 800]
@@ -227,6 +232,22 @@ def test_replace_where_on_data_columns_never_brings_back_a_deleted_row(
     commit = _log(uri, version + 1)
     removes = {a["remove"]["path"]: a["remove"] for a in commit if "remove" in a}
     assert removes and all(r["deletionVector"] == vectors_before[p] for p, r in removes.items())
+    adds = {a["add"]["path"]: a["add"] for a in commit if "add" in a}
+    re_added = {p: a for p, a in adds.items() if p in removes}
+    if vectors == "auto":  # every file kept some rows: each is added back, none rewritten
+        assert set(re_added) == set(removes)
+        new_files = [a for p, a in adds.items() if p not in re_added]
+        written = [json.loads(a["stats"])["numRecords"] for a in new_files]
+        assert sum(written) == len(new)  # no row copied: the new rows only
+        for path, add in re_added.items():
+            assert add["deletionVector"]["storageType"] == "u"
+            assert add["deletionVector"] != removes[path]["deletionVector"]
+            assert json.loads(add["stats"])["tightBounds"] is False
+        marked = sum(a["deletionVector"]["cardinality"] for a in re_added.values())
+        old = sum((removes[p]["deletionVector"] or {}).get("cardinality", 0) for p in re_added)
+        assert marked - old == len(replaced)  # exactly the live rows replaced
+    else:
+        assert not re_added
     if feed:
         changes = spark.sql(f"SELECT * FROM table_changes_by_path('{uri}', {version + 1})")
         rows = changes.select("id", "s", "d", "_change_type").toArrow().to_pylist()
