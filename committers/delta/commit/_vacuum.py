@@ -53,7 +53,6 @@ import datetime
 import logging
 import math
 import os
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -62,7 +61,7 @@ from urllib.parse import unquote
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import DeltaError
 
-from committers.delta.spark._spark_staging import RUN_DIR_PREFIX
+from committers.delta.spark._spark_staging import is_run_directory
 from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._change_feed import CHANGE_DATA_DIR
@@ -345,14 +344,11 @@ def _remove_emptied_run_directories(location: TableLocation, deleted: set[str]) 
     emptied = set()
     for path in deleted:
         parts = path.split("/")[:-1]
-        if parts and _RUN_DIRECTORY.fullmatch(parts[0]):
+        if parts and is_run_directory(parts[0]):
             emptied |= {"/".join(parts[:depth]) for depth in range(1, len(parts) + 1)}
     for directory in sorted(emptied, key=lambda d: -d.count("/")):
         with contextlib.suppress(OSError):
             os.rmdir(location.path(directory))
-
-
-_RUN_DIRECTORY = re.compile(re.escape(RUN_DIR_PREFIX) + r"\d+-[0-9a-f-]{36}")
 
 
 def _duration(seconds: float) -> str:

@@ -25,6 +25,7 @@ whole because the manifest names it.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,7 @@ __all__ = [
     "SparkParquetStager",
     "hadoop_can_write",
     "hadoop_has_filesystem",
+    "is_run_directory",
     "spark_uri",
 ]
 
@@ -132,6 +134,19 @@ def _observed_rows(observation: Any, path: str) -> int:
 
 def run_directory(epoch: Epoch) -> str:
     return f"{RUN_DIR_PREFIX}{epoch.epoch_id}-{epoch.run_id}"
+
+
+#: :func:`run_directory`'s names: a run id is a UUID, with the suffixes of a run's rewrites
+#: (``-rewrite<n>``, ``-changes<n>``, ``-redo``) and of an upsert's kept rows (``-kept``).
+_RUN_DIRECTORY = re.compile(
+    re.escape(RUN_DIR_PREFIX) + r"\d+-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"
+    r"(?:-(?:rewrite\d+|changes\d+|redo|kept))*"
+)
+
+
+def is_run_directory(name: str) -> bool:
+    """Whether ``name`` (one path segment) is a directory :func:`run_directory` names."""
+    return _RUN_DIRECTORY.fullmatch(name) is not None
 
 
 def spark_manifest_path(epoch: Epoch) -> str:

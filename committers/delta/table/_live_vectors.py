@@ -28,6 +28,7 @@ from committers.delta.table._deletion_vectors import (
 )
 
 __all__ = [
+    "checkpoint_vector",
     "live_adds",
     "live_deletion_vectors",
     "table_deletion_vectors",
@@ -191,15 +192,16 @@ def _parquet_adds(fs: Any, path: str, sidecars: str | None = None) -> Iterator[d
     if "add" in columns:
         for add in table.column("add").to_pylist():
             if add and add.get("path"):
-                yield {**add, "deletionVector": _vector(add.get("deletionVector"))}
+                yield {**add, "deletionVector": checkpoint_vector(add.get("deletionVector"))}
     if "sidecar" in columns and sidecars is not None:
         for sidecar in table.column("sidecar").to_pylist():
             if sidecar and sidecar.get("path"):
                 yield from _parquet_adds(fs, f"{sidecars}/{sidecar['path']}")
 
 
-def _vector(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """A checkpoint's struct of a missing vector has every field null."""
+def checkpoint_vector(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A checkpoint's ``deletionVector`` as a commit logs it: ``None`` for a missing vector
+    (a checkpoint's struct of one has every field null)."""
     if value is None or value.get("storageType") is None:
         return None
     return value

@@ -1,4 +1,4 @@
-"""Which Delta writer features a table asks for, and whether this sink can honour them.
+"""Which Delta reader and writer features a table asks for, and whether this sink can honour them.
 
 A Delta writer must honour every writer feature of the table's protocol or not write at all
 (PROTOCOL.md, "Writer Requirements"). Features come from ``writerFeatures`` on writer version 7,
@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from framework.errors import DestinationError
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 __all__ = [
     "APPEND_ONLY",
@@ -20,6 +24,8 @@ __all__ = [
     "UnsupportedTableFeatureError",
     "check_appends_only",
     "check_replaceable",
+    "protocol_reader_features",
+    "reader_features",
 ]
 
 #: The table property that forbids removing rows (PROTOCOL.md, "Append-only Tables").
@@ -157,4 +163,28 @@ def check_appends_only(features: TableFeatures, table_uri: str, operation: str) 
         "sink's other operations, refuses the feature. Nothing was written. Append to it "
         "(mode='append'), or run this operation with delta-spark (MERGE, INSERT OVERWRITE, "
         "OPTIMIZE)."
+    )
+
+
+# Features implied by a legacy reader version (3 lists them explicitly).
+_LEGACY_READER_FEATURES = {2: ("columnMapping",)}
+
+
+def reader_features(table: DeltaTable) -> tuple[int, frozenset[str]]:
+    """The table's reader version and the reader features it enables (explicit on version 3,
+    implied by the version number before)."""
+    protocol = table.protocol()
+    version = int(protocol.min_reader_version)
+    return version, protocol_reader_features(version, protocol.reader_features)
+
+
+def protocol_reader_features(
+    min_reader_version: int, listed: Iterable[str] | None
+) -> frozenset[str]:
+    """The reader features a protocol enables: ``listed`` on reader version 3, the ones the
+    version number implies before."""
+    if min_reader_version >= 3:
+        return frozenset(listed or ())
+    return frozenset(
+        f for v, names in _LEGACY_READER_FEATURES.items() if min_reader_version >= v for f in names
     )

@@ -21,7 +21,11 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import arrow_type, spark_type
-from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._protocol import (
+    UnsupportedTableFeatureError,
+    protocol_reader_features,
+    reader_features,
+)
 from committers.delta.table._rules import TableShape
 from committers.delta.table._table import file_mtime, plain_error_text
 from framework.errors import (
@@ -45,11 +49,9 @@ __all__ = [
     "open_snapshot",
     "parse_timestamp",
     "protocol_reader_features",
+    "reader_features",
     "uses_in_commit_timestamps",
 ]
-
-# Features implied by a legacy reader version (3 lists them explicitly).
-_LEGACY_READER_FEATURES = {2: ("columnMapping",)}
 
 #: Reader features this reader honours, and how.
 READABLE_FEATURES = {
@@ -172,26 +174,6 @@ class Snapshot:
             return "none"
         mode = dict(self.shape.configuration).get("delta.columnMapping.mode", "none")
         return mode if mode in ("name", "id") else "none"
-
-
-def reader_features(table: DeltaTable) -> tuple[int, frozenset[str]]:
-    """The table's reader version and the reader features it enables (explicit on version 3,
-    implied by the version number before)."""
-    protocol = table.protocol()
-    version = int(protocol.min_reader_version)
-    return version, protocol_reader_features(version, protocol.reader_features)
-
-
-def protocol_reader_features(
-    min_reader_version: int, listed: Iterable[str] | None
-) -> frozenset[str]:
-    """The reader features a protocol enables: ``listed`` on reader version 3, the ones the
-    version number implies before."""
-    if min_reader_version >= 3:
-        return frozenset(listed or ())
-    return frozenset(
-        f for v, names in _LEGACY_READER_FEATURES.items() if min_reader_version >= v for f in names
-    )
 
 
 def check_readable(uri: str, reader_version: int, features: Iterable[str]) -> None:

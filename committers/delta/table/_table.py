@@ -21,8 +21,9 @@ from deltalake.exceptions import DeltaError
 from committers.delta.storage._staging import STAGING_DIR, read_manifest
 from committers.delta.storage._storage import ResolvedCredentials, TableLocation
 from committers.delta.table._change_feed import CHANGE_DATA_DIR
-from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, vector_path
-from committers.delta.table._live_vectors import live_adds
+from committers.delta.table._deletion_vectors import vector_path
+from committers.delta.table._live_vectors import checkpoint_vector, live_adds, vector_of
+from committers.delta.table._protocol import reader_features
 from framework.errors import (
     ConfigurationError,
     DestinationError,
@@ -110,18 +111,18 @@ def open_table(
     try:
         if DeltaTable.is_deltatable(uri, storage_options=options):
             return DeltaTable(uri, storage_options=options)
-    except OSError as err:  # wrong credentials, missing bucket, unreachable endpoint
-        raise _not_writable(location, err) from err
-    if not _is_empty_or_missing(location):
-        # Another writer may have made the table between the two looks: its first commit
-        # then deleted the manifests that said its files were staged, not foreign.
+        if _is_empty_or_missing(location):
+            return None
+        # Another writer may have made the table since the look for its log: its first
+        # commit then deleted the manifests that said its files were staged, not foreign.
         if DeltaTable.is_deltatable(uri, storage_options=options):
             return DeltaTable(uri, storage_options=options)
-        raise NotATableError(
-            f"{location.uri} holds files but is not a Delta table (no _delta_log). "
-            "Point table_uri at an existing Delta table, an empty directory or a new path."
-        )
-    return None
+    except OSError as err:  # wrong credentials, missing bucket, unreachable endpoint
+        raise _not_writable(location, err) from err
+    raise NotATableError(
+        f"{location.uri} holds files but is not a Delta table (no _delta_log). "
+        "Point table_uri at an existing Delta table, an empty directory or a new path."
+    )
 
 
 def open_existing_table(location: TableLocation) -> DeltaTable:
@@ -156,7 +157,7 @@ def check_cleanable(table: DeltaTable, location: TableLocation, operation: str) 
         DestinationError: the table uses v2 checkpoints, whose references (checkpoint
             sidecars) are not read.
     """
-    if "v2Checkpoint" in _listed_reader_features(table):
+    if "v2Checkpoint" in reader_features(table)[1]:
         raise DestinationError(
             f"{location.uri} uses v2Checkpoint; {operation} does not read the checkpoint "
             "sidecars it references and will not risk deleting live files. Use the VACUUM of "
@@ -275,9 +276,9 @@ def action_paths(action: Mapping[str, Any], location: TableLocation) -> set[str]
     """The files (relative, decoded) an ``add``, ``remove`` or ``cdc`` action needs: its own
     and the file of its deletion vector when that is under the table root."""
     paths = {_relative(action["path"], location)}
-    vector = action.get("deletionVector")
-    if vector and vector.get("storageType"):  # (a checkpoint's missing vector: all fields null)
-        paths.add(vector_path(DeletionVectorDescriptor.from_json(vector), location) or "")
+    vector = vector_of(action, action["path"])
+    if vector is not None:
+        paths.add(vector_path(vector, location) or "")
     return paths - {""}
 
 
@@ -302,7 +303,8 @@ def _file_actions(location: TableLocation) -> Iterator[tuple[str, dict[str, Any]
             for kind in ("add", "remove"):
                 for item in checkpoint.column(kind).to_pylist():
                     if item and item.get("path"):
-                        yield kind, item
+                        vector = checkpoint_vector(item.get("deletionVector"))
+                        yield kind, {**item, "deletionVector": vector}
 
 
 def referenced_paths(location: TableLocation) -> set[str]:
@@ -330,7 +332,7 @@ def removal_times(location: TableLocation) -> dict[str, int]:
 def live_paths(table: DeltaTable, location: TableLocation) -> set[str]:
     """The files of ``table``'s current version, relative to the root and decoded: its data
     files and the files of their deletion vectors."""
-    if "deletionVectors" in _listed_reader_features(table):  # (delta-rs gives no vectors)
+    if "deletionVectors" in reader_features(table)[1]:  # (delta-rs gives no vectors)
         paths: set[str] = set()
         for add in live_adds(location, table.version()).values():
             paths |= action_paths(add, location)
@@ -359,12 +361,6 @@ def removal_path(logged: str) -> str | None:
     it differently), so no remove of it would match."""
     decoded = unquote(logged)
     return decoded if delta_rs_path(decoded) == logged else None
-
-
-def _listed_reader_features(table: DeltaTable) -> set[str]:
-    """The reader features a protocol lists (deletion vectors and v2 checkpoints are never
-    implied by an older reader version)."""
-    return set(table.protocol().reader_features or ())
 
 
 def is_cleanable_file(relative: str, partition_by: Sequence[str] = ()) -> bool:
