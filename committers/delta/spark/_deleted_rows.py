@@ -2,13 +2,16 @@
 
 Spark's reader knows each row's file (``_metadata.file_path``) and position in it
 (``_metadata.row_index``, counted over the whole file even when row groups are skipped). The
-deleted positions are read on the driver; the scan keeps a row unless its key, its file's
-number shifted left by 40 bits OR its row index, is among the deleted keys. That is two
-broadcast joins: a small one from the file's path to its number, and an anti join on one long
-column, which Spark runs as a hash lookup per row with no shuffle.
+deleted positions are read on the driver. In a classic session a Java function filters the
+rows (:mod:`committers.delta.spark._jvm_deleted_rows`): one lookup per row, by the hash of its
+file's path and its position. Where it cannot (Spark Connect, two paths hashing alike), the
+scan keeps a row unless its key, its file's number shifted left by 40 bits OR its row index,
+is among the deleted keys: two broadcast joins, a small one from the file's path to its number
+and an anti join on one long column (a hash lookup per row, no shuffle), which cost about as
+much again as the scan.
 
-A row whose file is not matched would keep its deleted rows, so the file table names *every*
-file of the scan (``every_file``) and a row matching none of them fails the query, naming its
+A row whose file is not matched would keep its deleted rows, so either way *every* file of the
+scan is named (``every_file``) and a row matching none of them fails the query, naming its
 file, instead of being returned. (Compaction passes keys it computed itself on both sides, so
 they cannot disagree: it maps only the files with vectors.)
 """
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from committers.delta.spark._jvm_deleted_rows import keep_live_rows
 from committers.delta.table._delta_schema import quote
 from framework.errors import SinkError
 
@@ -89,6 +93,12 @@ def drop_deleted_rows(
     from pyspark.sql import functions as F
 
     paths = list(every_file) if every_file is not None else list(vectors)
+    column = rows[quote(file_path)]
+    live = keep_live_rows(spark, column, rows[quote(row_index)], vectors, paths)
+    if live is not None:
+        if every_file is None:  # (rows of the files without a vector)
+            return rows.where(F.coalesce(live, F.lit(True)))
+        return rows.where(F.when(live.isNull(), _unknown_file(column)).otherwise(live))
     limit = np.uint64(1 << ROW_INDEX_BITS)
     keys = []
     for number, path in enumerate(paths):
@@ -109,17 +119,10 @@ def drop_deleted_rows(
     deleted_keys = spark.createDataFrame(
         pa.table({_KEY: pa.array(np.concatenate(keys), pa.int64())})
     )
-    column = rows[quote(file_path)]
     file_number = F.col(_FILE_NUMBER)
     if every_file is not None:
         file_number = F.when(file_number.isNotNull(), file_number).otherwise(
-            F.raise_error(
-                F.concat(
-                    F.lit("deletion vectors: no file of the snapshot is spelled "),
-                    column,
-                    F.lit("; its deleted rows cannot be dropped, so the read fails"),
-                )
-            ).cast("long")
+            _unknown_file(column).cast("long")
         )
     keyed = rows.join(F.broadcast(files), column == files[_VECTOR_FILE], "left").select(
         *[rows[quote(c)] for c in rows.columns],
@@ -127,6 +130,19 @@ def drop_deleted_rows(
     )
     kept = keyed.join(F.broadcast(deleted_keys), on=_KEY, how="left_anti")
     return kept.select(*[F.col(quote(c)) for c in rows.columns])
+
+
+def _unknown_file(file_path: Column) -> Column:
+    """Fails the query, naming the file of a row no vector map holds."""
+    from pyspark.sql import functions as F
+
+    return F.raise_error(
+        F.concat(
+            F.lit("deletion vectors: no file of the snapshot is spelled "),
+            file_path,
+            F.lit("; its deleted rows cannot be dropped, so the read fails"),
+        )
+    )
 
 
 def decoded_path(file_path: Column) -> Column:

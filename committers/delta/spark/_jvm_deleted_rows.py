@@ -1,0 +1,179 @@
+"""The rows deletion vectors delete, dropped inside the JVM: a Java function over each row's
+file and position, compiled when first needed.
+
+Matching each row's file to its vector with DataFrame joins costs a hash join per row (a
+broadcast join of every row's path string, then an anti join of its key): about twice the
+scan itself. delta-spark filters inside its Parquet reader instead. Here a small Java class
+(:data:`_SOURCE`), compiled with Janino (which every Spark ships for its own code generation)
+and given to the executors as a jar (``SparkContext.addJar``), holds every file of the scan by
+the ``xxhash64`` of its path (Spark's function, seed 42) and, for those with a vector, the sorted
+deleted positions; each row asks it with the hash of its path and its ``_metadata.row_index``.
+A row of a file the function does not hold gets ``NULL``, which the caller turns into a failed
+query (never a row returned with its deleted rows). No string crosses from a row into Java.
+
+Two files of one scan whose paths hash alike cannot be told apart: the function then refuses
+to be built and the caller joins instead, as it does on Spark Connect (no JVM here) or when
+compiling fails; :func:`keep_live_rows` returns ``None`` in all those cases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+__all__ = ["keep_live_rows"]
+
+log = logging.getLogger("committers.delta")
+
+_CLASS = "sparksink.jvm.LiveRows"
+# Janino compiles Java without generics: the UDF2 method is the erased one.
+_SOURCE = """
+package sparksink.jvm;
+
+/** Whether a row of a Delta scan is live: (xxhash64 of its file's path, its row index). */
+public final class LiveRows implements org.apache.spark.sql.api.java.UDF2, java.io.Serializable {
+    private static final long serialVersionUID = 1L;
+    /** xxhash64 of a path -> the file's deleted row indexes, sorted (empty: none). */
+    private final java.util.HashMap deleted = new java.util.HashMap();
+
+    /** packed: per file, the UTF-8 length and bytes of its path, the number of its deleted
+        rows and those (big-endian). Throws when two paths hash alike. */
+    public LiveRows(byte[] packed) {
+        java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(packed);
+        while (in.hasRemaining()) {
+            byte[] path = new byte[in.getInt()];
+            in.get(path);
+            long[] rows = new long[in.getInt()];
+            for (int i = 0; i < rows.length; i++) {
+                rows[i] = in.getLong();
+            }
+            Long key = Long.valueOf(org.apache.spark.sql.catalyst.expressions.XXH64.hashUnsafeBytes(
+                path, org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET, path.length, 42L));
+            if (deleted.put(key, rows) != null) {
+                throw new IllegalArgumentException("two files of the scan hash alike");
+            }
+        }
+    }
+
+    /** TRUE: live; FALSE: deleted; NULL: no file of the scan has this hash. */
+    public Object call(Object pathHash, Object rowIndex) {
+        long[] rows = (long[]) deleted.get(pathHash);
+        if (rows == null) {
+            return null;
+        }
+        if (rows.length == 0) {
+            return Boolean.TRUE;
+        }
+        long row = ((Long) rowIndex).longValue();
+        return Boolean.valueOf(java.util.Arrays.binarySearch(rows, row) < 0);
+    }
+}
+"""
+
+_loaded: dict[int, Any] = {}  # id of the JVM SparkContext -> the compiled class
+_lock = threading.Lock()
+
+
+def keep_live_rows(
+    spark: SparkSession,
+    file_path: Column,
+    row_index: Column,
+    vectors: Mapping[str, np.ndarray],
+    files: Sequence[str],
+) -> Column | None:
+    """A boolean column over ``file_path`` (a string) and ``row_index``: TRUE for a live row,
+    FALSE for one ``vectors`` (path -> sorted deleted row indexes) delete, NULL for a row of a
+    file not among ``files`` (every path ``file_path`` may hold, those of ``vectors`` included).
+    ``None`` when the JVM cannot filter here (see the module docstring): join instead."""
+    from pyspark.sql import functions as F
+
+    live_rows = _live_rows_class(spark)
+    if live_rows is None:
+        return None
+    session: Any = spark
+    jvm = session._jvm
+    arguments = session.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)
+    arguments[0] = _packed(dict.fromkeys([*files, *vectors]), vectors)
+    try:
+        function = live_rows.getConstructors()[0].newInstance(arguments)
+    except Exception as err:  # (two paths hashing alike: py4j's error, its cause inside)
+        log.debug("deletion vectors: the JVM filter refused this scan (%s); joining", err)
+        return None
+    udf = jvm.org.apache.spark.sql.functions.udf(
+        function, jvm.org.apache.spark.sql.types.DataTypes.BooleanType
+    )
+    arguments = jvm.PythonUtils.toSeq([F.xxhash64(file_path)._jc, row_index._jc])
+    return _column(udf.apply(arguments))
+
+
+def _packed(paths: Iterable[str], vectors: Mapping[str, np.ndarray]) -> bytes:
+    """The constructor's argument: per path, its UTF-8 length and bytes, then the number of its
+    deleted rows and those (big-endian)."""
+    packed = bytearray()
+    for path in paths:
+        name = path.encode("utf-8")
+        deleted = vectors.get(path, np.empty(0, np.uint64)).astype(">i8", copy=False)
+        packed += struct.pack(">i", len(name)) + name + struct.pack(">i", len(deleted))
+        packed += deleted.tobytes()
+    return bytes(packed)
+
+
+def _column(java_column: Any) -> Column:
+    from pyspark.sql.classic.column import Column as ClassicColumn
+
+    return ClassicColumn(java_column)
+
+
+def _live_rows_class(spark: SparkSession) -> Any | None:
+    """The compiled class, loaded in the driver and shipped to the executors once per
+    SparkContext; ``None`` on Spark Connect or when it cannot be compiled."""
+    session: Any = spark
+    if not hasattr(session, "_jvm") or session.sparkContext is None:
+        return None
+    context = session.sparkContext._jsc.sc()
+    with _lock:
+        key = context.hashCode()
+        if key not in _loaded:
+            _loaded[key] = _compile_and_ship(session, context)
+        return _loaded[key]
+
+
+def _compile_and_ship(session: Any, context: Any) -> Any | None:
+    jvm = session._jvm
+    try:
+        compiler = jvm.org.codehaus.janino.SimpleCompiler()
+        compiler.cook(_SOURCE)
+        bytecode = bytes(compiler.getBytecodes().get(_CLASS))
+        jar = _jar(bytecode)
+        context.addJar(jar)
+        urls = session.sparkContext._gateway.new_array(jvm.java.net.URL, 1)
+        urls[0] = jvm.java.io.File(jar).toURI().toURL()
+        parent = jvm.Thread.currentThread().getContextClassLoader()
+        return jvm.java.net.URLClassLoader(urls, parent).loadClass(_CLASS)
+    except Exception as err:  # (no Janino, a class loader refusing: the join still works)
+        log.warning("deletion vectors: cannot compile the JVM filter (%s); joining instead", err)
+        return None
+
+
+def _jar(bytecode: bytes) -> str:
+    """A jar holding the class, named by its content (written once per machine, atomically)."""
+    digest = hashlib.sha256(bytecode).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"sparksink-live-rows-{digest}.jar")
+    if not os.path.exists(path):
+        fd, partial = tempfile.mkstemp(suffix=".jar", dir=os.path.dirname(path))
+        with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w") as jar:
+            jar.writestr(_CLASS.replace(".", "/") + ".class", bytecode)
+        os.replace(partial, path)
+    return path
