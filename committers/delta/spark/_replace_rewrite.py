@@ -182,6 +182,7 @@ def replace_rows(
             says, or the files written do not hold the rows the rewrite wrote; its files are
             left for the epoch's clean-up.
         StagingError: the rewrite failed; its files are left for the epoch's clean-up.
+        DeletionVectorError: a candidate's deletion vector is missing or damaged.
     """
     read_version = table.version()
     shape = TableShape.of_table(table)
