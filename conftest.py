@@ -48,6 +48,8 @@ def spark():
         .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
         .config("spark.connect.grpc.binding.address", "127.0.0.1")
         .config("spark.connect.grpc.binding.port", "0")
+        # Its client session may sit idle for most of the suite (default: closed after 60 min).
+        .config("spark.connect.session.manager.defaultSessionTimeout", "24h")
     )
     if _JARS:
         for key, value in {**local_jar_configs(_JARS), **DELTA_SPARK_CONFIGS}.items():

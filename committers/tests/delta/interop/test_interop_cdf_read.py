@@ -96,8 +96,11 @@ STATEMENTS = (
 )
 
 
-@pytest.mark.parametrize("vectors", [False, True], ids=["no-dv", "dv"])
-@pytest.mark.parametrize("partitioned", [False, True], ids=["unpartitioned", "partitioned"])
+@pytest.mark.parametrize(
+    ("partitioned", "vectors"),
+    [(False, False), (True, True)],
+    ids=["unpartitioned-no-dv", "partitioned-dv"],
+)
 def test_change_feed_equals_delta_spark(delta_spark, tmp_path, partitioned, vectors):
     """With deletion vectors, DELETE marks rows in the files' vectors (the same file removed
     and added again with another vector: the rows the vectors disagree on are the changes),
