@@ -18,9 +18,10 @@ compiling fails; :func:`keep_live_rows` returns ``None`` in all those cases.
 
 from __future__ import annotations
 
-import hashlib
+import atexit
 import logging
 import os
+import shutil
 import struct
 import tempfile
 import threading
@@ -168,12 +169,11 @@ def _compile_and_ship(session: Any, context: Any) -> Any | None:
 
 
 def _jar(bytecode: bytes) -> str:
-    """A jar holding the class, named by its content (written once per machine, atomically)."""
-    digest = hashlib.sha256(bytecode).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"sparksink-live-rows-{digest}.jar")
-    if not os.path.exists(path):
-        fd, partial = tempfile.mkstemp(suffix=".jar", dir=os.path.dirname(path))
-        with os.fdopen(fd, "wb") as out, zipfile.ZipFile(out, "w") as jar:
-            jar.writestr(_CLASS.replace(".", "/") + ".class", bytecode)
-        os.replace(partial, path)
+    """A jar holding the class, in a directory of this process's own (no other user can have
+    put a jar there first), removed when the process exits."""
+    directory = tempfile.mkdtemp(prefix="sparksink-live-rows-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    path = os.path.join(directory, "live-rows.jar")
+    with zipfile.ZipFile(path, "w") as jar:
+        jar.writestr(_CLASS.replace(".", "/") + ".class", bytecode)
     return path
