@@ -95,18 +95,18 @@ def lose_a_file_rewritten_for_replace_where(monkeypatch) -> Lost:
     file of one candidate's kept rows (its task's counts arrive)."""
     from committers.delta.spark import _replace_rewrite
 
-    in_tasks = _replace_rewrite.in_tasks
+    in_tasks = _replace_rewrite.in_tasks_or_threads
     lost = Lost()
 
-    def losing(spark, groups, work):
-        results = in_tasks(spark, groups, work)
+    def losing(spark, groups, work, failure):
+        results = in_tasks(spark, groups, work, failure)
         index = next(i for i, (_, o) in enumerate(results) if o.file is not None)
         candidate, outcome = results[index]
         lost.rows = outcome.file.num_records
         results[index] = (candidate, dataclasses.replace(outcome, file=None))
         return results
 
-    monkeypatch.setattr(_replace_rewrite, "in_tasks", losing)
+    monkeypatch.setattr(_replace_rewrite, "in_tasks_or_threads", losing)
     return lost
 
 
