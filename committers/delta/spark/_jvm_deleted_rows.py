@@ -96,7 +96,8 @@ def keep_live_rows(
 ) -> Column | None:
     """A boolean column over ``file_path`` (a string) and ``row_index``: TRUE for a live row,
     FALSE for one ``vectors`` (path -> sorted deleted row indexes) delete, NULL for a row of a
-    file not among ``files`` (every path ``file_path`` may hold, those of ``vectors`` included).
+    file not among ``files`` (the distinct paths ``file_path`` may hold, those of ``vectors``
+    among them; a vector of another path is never applied, as in the join).
     ``None`` when the JVM cannot filter here (see the module docstring): join instead."""
     from pyspark.sql import functions as F
 
@@ -106,7 +107,7 @@ def keep_live_rows(
     session: Any = spark
     jvm = session._jvm
     arguments = session.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)
-    arguments[0] = _packed(dict.fromkeys([*files, *vectors]), vectors)
+    arguments[0] = _packed(files, vectors)
     try:
         function = live_rows.getConstructors()[0].newInstance(arguments)
     except Exception as err:  # (two paths hashing alike: py4j's error, its cause inside)

@@ -84,7 +84,7 @@ class _MatchedPositions:
         found, offset = [], 0
         try:
             for batch in DeltaFileReader(self.snapshot)(split):  # (no vector: every row)
-                mask = np.asarray(pa.chunked_array([self.where.mask(batch)]).to_numpy())
+                mask = self.where.mask(batch).to_numpy(zero_copy_only=False)
                 found.append(np.flatnonzero(mask).astype(np.uint64) + np.uint64(offset))
                 offset += batch.num_rows
         except (OSError, pa.ArrowException) as err:
@@ -133,27 +133,28 @@ def mark_replaced_rows(
         live = physical - int(old.size)
         counts[index] = (live, replaced)
         if 0 < replaced < live:
-            partial.append((candidate, positions))
+            partial.append((candidate, positions, replaced))
     return Marks(counts, _write_vectors(location, partial, deleted, epoch))
 
 
 def _write_vectors(
     location: TableLocation,
-    partial: list[tuple[MarkableCandidate, np.ndarray]],
+    partial: list[tuple[MarkableCandidate, np.ndarray, int]],
     deleted: Mapping[str, np.ndarray],
     epoch: Epoch,
 ) -> tuple[MarkedFile, ...]:
-    """The vectors of the ``partial`` files (each with its replaced positions) in one vector
-    file in ``epoch``'s run directory, named in its manifest first."""
+    """The vectors of the ``partial`` files (each with its matching positions and the number
+    of live rows among them) in one vector file in ``epoch``'s run directory, named in its
+    manifest first."""
     if not partial:
         return ()
     directory = run_directory(epoch)
     write_manifest(location, spark_manifest_path(epoch), [], directories=[directory])
-    files = [c for c, _ in partial]
+    files = [c for c, _, _ in partial]
     marked = mark_rows(
         location,
         files,
-        {c.path: positions for c, positions in partial},
+        {c.path: positions for c, positions, _ in partial},
         deleted,
         [c.logged_partition for c in files],
         directory,
@@ -164,7 +165,7 @@ def _write_vectors(
 
 def _check_marked(
     uri: str,
-    partial: list[tuple[MarkableCandidate, np.ndarray]],
+    partial: list[tuple[MarkableCandidate, np.ndarray, int]],
     deleted: Mapping[str, np.ndarray],
     marked: tuple[MarkedFile, ...],
 ) -> None:
@@ -173,9 +174,8 @@ def _check_marked(
     Raises:
         RowCountMismatchError: otherwise; nothing was committed.
     """
-    for (candidate, positions), file in zip(partial, marked, strict=True):
-        old = deleted.get(candidate.path, _NO_ROWS)
-        expected = int(np.union1d(old, positions).size)
+    for (candidate, _, replaced), file in zip(partial, marked, strict=True):
+        expected = deleted.get(candidate.path, _NO_ROWS).size + replaced
         if file.vector.cardinality != expected:
             raise RowCountMismatchError(
                 f"the overwrite of {uri} wrote a deletion vector of {file.vector.cardinality} "

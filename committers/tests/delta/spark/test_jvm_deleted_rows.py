@@ -19,8 +19,6 @@ _ROW = "__row__"
 def _scan(spark, tmp_path):
     """Twelve Parquet files of 1,000 rows under directories with odd names, each row with
     its ``_metadata`` file path and row index; and the paths as Spark spells them."""
-    from pyspark.sql import functions as F
-
     for number, name in enumerate(["a b", "100%", "ü€𠮷", "k=v"]):
         spark.range(number * 3000, (number + 1) * 3000, numPartitions=3).write.parquet(
             str(tmp_path / name)
@@ -34,7 +32,7 @@ def _scan(spark, tmp_path):
     )
     paths = sorted(r[0] for r in rows.select(_PATH).distinct().collect())
     assert len(paths) == 12
-    return rows, paths, F
+    return rows, paths
 
 
 def _deleted(paths):
@@ -46,14 +44,16 @@ def _ids(frame) -> list[int]:
     return sorted(r[0] for r in frame.select("id").collect())
 
 
-def _columns(F):
+def _columns():
+    from pyspark.sql import functions as F
+
     return F.col(_PATH), F.col(_ROW)
 
 
 def test_the_jvm_filter_keeps_what_the_join_keeps(spark, tmp_path, monkeypatch) -> None:
-    rows, paths, F = _scan(spark, tmp_path)
+    rows, paths = _scan(spark, tmp_path)
     vectors = _deleted(paths)
-    assert _jvm_deleted_rows.keep_live_rows(spark, *_columns(F), vectors, paths) is not None
+    assert _jvm_deleted_rows.keep_live_rows(spark, *_columns(), vectors, paths) is not None
     by_jvm = _ids(drop_deleted_rows(spark, rows, _PATH, _ROW, vectors, every_file=paths))
     monkeypatch.setattr(_deleted_rows, "keep_live_rows", lambda *args: None)
     by_join = _ids(drop_deleted_rows(spark, rows, _PATH, _ROW, vectors, every_file=paths))
@@ -67,7 +67,7 @@ def test_a_row_of_a_file_the_filter_does_not_hold_fails_the_query(spark, tmp_pat
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
-    rows, paths, _ = _scan(spark, tmp_path)
+    rows, paths = _scan(spark, tmp_path)
     kept = drop_deleted_rows(spark, rows, _PATH, _ROW, _deleted(paths), every_file=paths[:-1])
     with pytest.raises((Py4JJavaError, PySparkException), match="no file of the snapshot is"):
         kept.count()
@@ -78,12 +78,12 @@ def test_paths_the_filter_cannot_tell_apart_fall_back_to_the_join(
 ) -> None:
     """Two paths hashing alike (here: one path given twice) make the Java constructor refuse;
     the rows then come from the join, the same."""
-    rows, paths, F = _scan(spark, tmp_path)
+    rows, paths = _scan(spark, tmp_path)
     vectors = _deleted(paths)
     expected = _ids(drop_deleted_rows(spark, rows, _PATH, _ROW, vectors, every_file=paths))
     packed = _jvm_deleted_rows._packed
     monkeypatch.setattr(
         _jvm_deleted_rows, "_packed", lambda names, deleted: packed([*names, paths[0]], deleted)
     )
-    assert _jvm_deleted_rows.keep_live_rows(spark, *_columns(F), vectors, paths) is None
+    assert _jvm_deleted_rows.keep_live_rows(spark, *_columns(), vectors, paths) is None
     assert _ids(drop_deleted_rows(spark, rows, _PATH, _ROW, vectors, every_file=paths)) == expected
