@@ -19,7 +19,10 @@ Running Spark jobs for a sink:
     after a failure is reported); :func:`translate_task_error` turns a failed task's Java
     exception back into the sink's own :class:`~framework.errors.SinkError`;
     :func:`parquet_files` reads a list of Parquet files with Spark's scan (no directory
-    listing); :func:`is_connect_dataframe` tells a Spark Connect DataFrame from a classic one.
+    listing; no listing at all where their sizes are known); :func:`compiled_class` and
+    :func:`new_instance` compile a small Java class at run time (for work a py4j call per item
+    would make slow); :func:`is_connect_dataframe` tells a Spark Connect DataFrame from a
+    classic one.
 Reading:
     :func:`register_data_source` registers a Python data source; :class:`BoundedSourceReader`
     reads a :class:`~framework.source.FileGroupSource` in Spark tasks;
@@ -32,6 +35,7 @@ Importing this module imports pyspark.
 from framework.spark._errors import translate_task_error
 from framework.spark._files import parquet_files
 from framework.spark._format_writer import SinkBatchWriter, SinkStreamWriter
+from framework.spark._janino import compiled_class, new_instance
 from framework.spark._native import (
     PlansEachBatch,
     SparkStager,
@@ -56,7 +60,9 @@ __all__ = [
     "StagesWithSpark",
     "apply_input_plan",
     "arrow_schema_of",
+    "compiled_class",
     "is_connect_dataframe",
+    "new_instance",
     "parquet_files",
     "register_data_source",
     "staging_job_group",

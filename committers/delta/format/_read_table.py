@@ -330,7 +330,7 @@ def _joined_scan(
     schema = spark_schema(snapshot)
     data_schema = type(schema)([f for f in schema.fields if f.name not in types])
     uris = [spark_uri(f.uri(snapshot)) for f in files]
-    scan = parquet_files(spark, uris, schema=data_schema)
+    scan = parquet_files(spark, uris, schema=data_schema, statuses=_statuses(files))
     metadata = scan.metadataColumn("_metadata")
     rows = scan.select(
         *[F.col(quote(f.name)) for f in data_schema.fields],
@@ -389,7 +389,7 @@ def _native(
     vectors = _deleted_rows_by_key(snapshot, files, keys)
     if not shape.partition_by:
         uris = [spark_uri(f.uri(snapshot)) for f in files]
-        scan = parquet_files(spark, uris, schema=schema)
+        scan = parquet_files(spark, uris, schema=schema, statuses=_statuses(files))
         every_file = [keys[f.path] for f in files] if vectors else []
         scan = without_deleted_rows(spark, scan, vectors, every_file)
         how = f"Parquet scan of {len(files)} files{_dv_note(vectors)}"
@@ -405,6 +405,7 @@ def _native(
             # The directories above the partition ones may differ from file to file (one run
             # directory per batch); each file's own were checked against the log.
             options={"ignoreInvalidPartitionPaths": "true"},
+            statuses=_statuses(hive),
         )
         every_file = [keys[f.path] for f in hive] if vectors else []
         scans.append(without_deleted_rows(spark, scan, vectors, every_file).select(*columns))
@@ -415,6 +416,11 @@ def _native(
         parts.append(f"{len(other)} files, partition values from the log joined by file path")
     df = scans[0] if len(scans) == 1 else scans[0].union(scans[1])
     return df, "Parquet scan of " + "; ".join(parts) + _dv_note(vectors)
+
+
+def _statuses(files: Sequence[DataFile]) -> list[tuple[int, int]]:
+    """Each file's size and modification time as the log records them: Spark lists nothing."""
+    return [(f.size_bytes, f.modification_time) for f in files]
 
 
 def _deleted_rows_by_key(

@@ -18,18 +18,14 @@ compiling fails; :func:`keep_live_rows` returns ``None`` in all those cases.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import shutil
 import struct
-import tempfile
-import threading
-import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from framework.spark.connector import compiled_class, new_instance
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
@@ -50,16 +46,17 @@ public final class LiveRows implements org.apache.spark.sql.api.java.UDF2, java.
     private final java.util.HashMap deleted = new java.util.HashMap();
 
     /** packed: per file, the UTF-8 length and bytes of its path, the number of its deleted
-        rows and those (big-endian). Throws when two paths hash alike. */
+        rows and those (little-endian, so that the rows are one block copy: this runs once
+        per scan, never JIT-compiled). Throws when two paths hash alike. */
     public LiveRows(byte[] packed) {
-        java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(packed);
+        java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(packed)
+            .order(java.nio.ByteOrder.LITTLE_ENDIAN);
         while (in.hasRemaining()) {
             byte[] path = new byte[in.getInt()];
             in.get(path);
             long[] rows = new long[in.getInt()];
-            for (int i = 0; i < rows.length; i++) {
-                rows[i] = in.getLong();
-            }
+            in.asLongBuffer().get(rows);
+            in.position(in.position() + 8 * rows.length);
             Long key = Long.valueOf(org.apache.spark.sql.catalyst.expressions.XXH64.hashUnsafeBytes(
                 path, org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET, path.length, 42L));
             if (deleted.put(key, rows) != null) {
@@ -83,9 +80,6 @@ public final class LiveRows implements org.apache.spark.sql.api.java.UDF2, java.
 }
 """
 
-_loaded: dict[int, Any] = {}  # id of the JVM SparkContext -> the compiled class
-_lock = threading.Lock()
-
 
 def keep_live_rows(
     spark: SparkSession,
@@ -101,18 +95,15 @@ def keep_live_rows(
     ``None`` when the JVM cannot filter here (see the module docstring): join instead."""
     from pyspark.sql import functions as F
 
-    live_rows = _live_rows_class(spark)
+    live_rows = compiled_class(spark, _CLASS, _SOURCE, executors=True)
     if live_rows is None:
         return None
-    session: Any = spark
-    jvm = session._jvm
-    arguments = session.sparkContext._gateway.new_array(jvm.java.lang.Object, 1)
-    arguments[0] = _packed(files, vectors)
     try:
-        function = live_rows.getConstructors()[0].newInstance(arguments)
+        function = new_instance(spark, live_rows, _packed(files, vectors))
     except Exception as err:  # (two paths hashing alike: py4j's error, its cause inside)
         log.debug("deletion vectors: the JVM filter refused this scan (%s); joining", err)
         return None
+    jvm: Any = spark._jvm
     udf = jvm.org.apache.spark.sql.functions.udf(
         function, jvm.org.apache.spark.sql.types.DataTypes.BooleanType
     )
@@ -122,12 +113,12 @@ def keep_live_rows(
 
 def _packed(paths: Iterable[str], vectors: Mapping[str, np.ndarray]) -> bytes:
     """The constructor's argument: per path, its UTF-8 length and bytes, then the number of its
-    deleted rows and those (big-endian)."""
+    deleted rows and those (little-endian)."""
     packed = bytearray()
     for path in paths:
         name = path.encode("utf-8")
-        deleted = vectors.get(path, np.empty(0, np.uint64)).astype(">i8", copy=False)
-        packed += struct.pack(">i", len(name)) + name + struct.pack(">i", len(deleted))
+        deleted = vectors.get(path, np.empty(0, np.uint64)).astype("<i8", copy=False)
+        packed += struct.pack("<i", len(name)) + name + struct.pack("<i", len(deleted))
         packed += deleted.tobytes()
     return bytes(packed)
 
@@ -136,45 +127,3 @@ def _column(java_column: Any) -> Column:
     from pyspark.sql.classic.column import Column as ClassicColumn
 
     return ClassicColumn(java_column)
-
-
-def _live_rows_class(spark: SparkSession) -> Any | None:
-    """The compiled class, loaded in the driver and shipped to the executors once per
-    SparkContext; ``None`` on Spark Connect or when it cannot be compiled."""
-    session: Any = spark
-    if not hasattr(session, "_jvm") or session.sparkContext is None:
-        return None
-    context = session.sparkContext._jsc.sc()
-    with _lock:
-        key = context.hashCode()
-        if key not in _loaded:
-            _loaded[key] = _compile_and_ship(session, context)
-        return _loaded[key]
-
-
-def _compile_and_ship(session: Any, context: Any) -> Any | None:
-    jvm = session._jvm
-    try:
-        compiler = jvm.org.codehaus.janino.SimpleCompiler()
-        compiler.cook(_SOURCE)
-        bytecode = bytes(compiler.getBytecodes().get(_CLASS))
-        jar = _jar(bytecode)
-        context.addJar(jar)
-        urls = session.sparkContext._gateway.new_array(jvm.java.net.URL, 1)
-        urls[0] = jvm.java.io.File(jar).toURI().toURL()
-        parent = jvm.Thread.currentThread().getContextClassLoader()
-        return jvm.java.net.URLClassLoader(urls, parent).loadClass(_CLASS)
-    except Exception as err:  # (no Janino, a class loader refusing: the join still works)
-        log.warning("deletion vectors: cannot compile the JVM filter (%s); joining instead", err)
-        return None
-
-
-def _jar(bytecode: bytes) -> str:
-    """A jar holding the class, in a directory of this process's own (no other user can have
-    put a jar there first), removed when the process exits."""
-    directory = tempfile.mkdtemp(prefix="sparksink-live-rows-")
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    path = os.path.join(directory, "live-rows.jar")
-    with zipfile.ZipFile(path, "w") as jar:
-        jar.writestr(_CLASS.replace(".", "/") + ".class", bytecode)
-    return path
