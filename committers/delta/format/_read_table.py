@@ -23,6 +23,11 @@ Connect, file names Spark's listing hides, ...) it reads through the ``"deltalak
 data source. Which path ran is logged at INFO on ``committers.delta`` and visible in
 ``df.explain()``: ``FileScan parquet`` (native) or ``BatchScan deltalake`` (Python).
 
+Spark's file index is handed each file's size and modification time from the log, so it lists
+nothing (:func:`~framework.spark.connector.parquet_files` with ``statuses``), and what the log
+says of a version (files, their spellings, their deleted rows) is kept for the last few versions
+read (:mod:`committers.delta.format._file_plan`), as delta-spark keeps its snapshots.
+
 Deletion vectors are applied by both: each file's vector is read and checked on the driver
 and its rows dropped from Spark's scan by file path and ``_metadata.row_index``
 (:mod:`committers.delta.spark._deleted_rows`), or by the Python reader with the bitmap. Tables
@@ -41,12 +46,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from committers.delta.format._file_plan import FilePlan, file_plan
 from committers.delta.format._format import DeltaDataSource, spark_schema
-from committers.delta.read._source import DataFile, list_data_files, spell_partition_value
+from committers.delta.read._source import DataFile, spell_partition_value
 from committers.delta.spark._deleted_rows import drop_deleted_rows, without_deleted_rows
 from committers.delta.spark._spark_staging import hadoop_has_filesystem, spark_uri
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._deletion_vectors import deleted_rows_of
 from committers.delta.table._delta_schema import quote, spark_type
 from committers.delta.table._snapshot import Snapshot, SnapshotSpec, open_snapshot
 from framework.spark.connector import parquet_files, register_data_source
@@ -119,11 +124,11 @@ def read_table(
     table, snapshot = open_snapshot(location, SnapshotSpec.of(version, timestamp))
     reason = _python_only_reason(spark, snapshot, bool(storage_options))
     if reason is None:
-        files = list_data_files(table, snapshot)
-        reason = _unreadable_paths(files, snapshot)
+        plan = file_plan(spark, table, snapshot, storage_options, _file_keys)
+        reason = _unreadable_paths(plan.files, snapshot)
         if reason is None:
-            df, how = _native(spark, snapshot, files)
-            reason = _files_spark_dropped(df, files)
+            df, how = _native(spark, snapshot, plan)
+            reason = _files_spark_dropped(df, plan.files)
             if reason is None:
                 log.info("read_table %s version %d: native %s", uri, snapshot.version, how)
                 return df
@@ -372,9 +377,7 @@ def _joined_scan(
 # -- the native DataFrame -----------------------------------------------------------------------
 
 
-def _native(
-    spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]
-) -> tuple[DataFrame, str]:
+def _native(spark: SparkSession, snapshot: Snapshot, plan: FilePlan) -> tuple[DataFrame, str]:
     """The snapshot's rows read by Spark's Parquet reader, and how (for the log line)."""
     from pyspark.sql import functions as F
 
@@ -382,11 +385,9 @@ def _native(
     schema = spark_schema(snapshot)
     names = [f.name for f in shape.schema.fields]
     columns = [F.col(quote(name)) for name in names]
+    files, keys, vectors = plan.files, plan.keys, plan.vectors
     if not files:
         return spark.createDataFrame([], schema).select(*columns), "no files: an empty relation"
-    with_vectors = any(f.deletion_vector is not None for f in files)
-    keys = _file_keys(spark, snapshot, files) if with_vectors else {}
-    vectors = _deleted_rows_by_key(snapshot, files, keys)
     if not shape.partition_by:
         uris = [spark_uri(f.uri(snapshot)) for f in files]
         scan = parquet_files(spark, uris, schema=schema, statuses=_statuses(files))
@@ -421,15 +422,6 @@ def _native(
 def _statuses(files: Sequence[DataFile]) -> list[tuple[int, int]]:
     """Each file's size and modification time as the log records them: Spark lists nothing."""
     return [(f.size_bytes, f.modification_time) for f in files]
-
-
-def _deleted_rows_by_key(
-    snapshot: Snapshot, files: Sequence[DataFile], keys: Mapping[str, str]
-) -> dict[str, np.ndarray]:
-    """``_metadata.file_path`` spelling (``keys``: log path -> it) -> deleted row indexes, of
-    each file with a deletion vector, read (and checked) now, on the driver."""
-    vectors = {f.path: f.deletion_vector for f in files if f.deletion_vector is not None}
-    return {keys[path]: rows for path, rows in deleted_rows_of(snapshot.location, vectors).items()}
 
 
 def _dv_note(vectors: Mapping[str, np.ndarray]) -> str:

@@ -312,3 +312,33 @@ def test_file_paths_are_spelled_as_spark_spells_them(spark):
         relative = f"p=a{ch}b/part{ch}.parquet"
         spelled = _file_path_spelling(spark, root) + "/" + _java_uri_path(relative)
         assert spelled == _file_path_spelling(spark, f"{root}/{relative}"), repr(ch)
+
+
+def test_a_kept_plan_is_used_only_for_the_same_table_and_version(spark, tmp_path, monkeypatch):
+    """read_table keeps the last versions' file plans (_file_plan): a second read of a version
+    does not read its log again; a new version, or a table made anew at the same place with the
+    same version number, is planned from its log."""
+    from committers.delta.format import _file_plan
+
+    listed: list[int] = []
+    real = _file_plan.list_data_files
+    monkeypatch.setattr(
+        _file_plan,
+        "list_data_files",
+        lambda table, snapshot: listed.append(snapshot.version) or real(table, snapshot),
+    )
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": pa.array([1, 2], pa.int64())}))
+
+    def ids() -> list[int]:
+        return sorted(r.id for r in read_table(spark, uri).collect())
+
+    assert ids() == [1, 2] and ids() == [1, 2]
+    assert listed == [0]  # planned once
+    write_deltalake(uri, pa.table({"id": pa.array([3], pa.int64())}), mode="append")
+    assert ids() == [1, 2, 3]
+    assert listed == [0, 1]
+    shutil.rmtree(uri)
+    write_deltalake(uri, pa.table({"id": pa.array([7], pa.int64())}))  # version 0 again
+    assert ids() == [7]
+    assert listed == [0, 1, 0]
