@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BOOTSTRAP := sh tools/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 
-.PHONY: demo test check lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars
+.PHONY: demo kafka-demo test check lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars
 
 prereqs:
 	@sh tools/check-prereqs.sh "$(PYTHON)"
@@ -20,6 +20,10 @@ dev-venv:
 
 demo: runtime-venv
 	$(PY) examples/quickstart.py
+
+# Kafka into Delta with a real broker (started and stopped by the demo; examples/kafka_to_delta.py).
+kafka-demo: dev-venv jars
+	$(PY) examples/kafka_to_delta.py
 
 lint: dev-venv
 	$(VENV)/bin/ruff check .
@@ -67,9 +71,9 @@ bench-delta-spark: dev-venv jars
 	$(PY) benchmarks/vs_delta_spark.py all
 
 # The crash-point campaign (docs/reliability.md): SEED picks the kill plan, CYCLES the killed runs,
-# STAGING auto|spark|arrow|mixed, SOURCE json|delta|changes (JSON files, a Delta table read by
-# the "deltalake" format, or JSON changes upserted into a table with deletion vectors and the
-# change data feed on); S3_FAULTS=0.1 puts the table on a local S3 server behind the fault proxy
+# STAGING auto|spark|arrow|mixed, SOURCE json|delta|changes|kafka (JSON files, a Delta table read
+# by the "deltalake" format, JSON changes upserted into a table with deletion vectors and the
+# change data feed on, or a topic on a local Kafka broker read by Spark's Kafka source); S3_FAULTS=0.1 puts the table on a local S3 server behind the fault proxy
 # at that rate.
 SEED ?= 1
 CYCLES ?= 40
@@ -77,7 +81,7 @@ STAGING ?= auto
 SOURCE ?= json
 S3_FAULTS ?=
 CAMPAIGN := build/campaign-$(SEED)-$(STAGING)-$(SOURCE)$(if $(S3_FAULTS),-s3)
-campaign: dev-venv
+campaign: dev-venv jars
 	rm -rf $(CAMPAIGN)
 	$(PY) -m committers.tests._campaign --seed $(SEED) --cycles $(CYCLES) --staging $(STAGING) \
 		--source $(SOURCE) $(if $(S3_FAULTS),--s3-faults $(S3_FAULTS)) --workdir $(CAMPAIGN) \

@@ -1,18 +1,26 @@
-"""Fetches the JVM jars that run delta-spark and Spark's ``s3a`` file system beside pyspark.
+"""Fetches the JVM jars that run delta-spark, Spark's ``s3a`` file system and Spark's Kafka
+source beside pyspark, and a Kafka broker for the tests.
 
     python tools/jars.py                   # fetch once into the cache, then reuse it (make jars)
     python tools/jars.py --print-classpath # the cached jars, comma-separated (spark.jars, --jars)
+    python tools/jars.py --kafka-broker    # the broker's jar directory (fetched if missing)
 
 What is fetched, through Maven (``mvn dependency:copy-dependencies`` on ``tools/jars/pom.xml``):
 ``io.delta:delta-spark_<spark major.minor>_<scala>`` (with delta-storage and the rest of its
-runtime dependencies) and ``org.apache.hadoop:hadoop-aws`` at the Hadoop version pyspark bundles
-(with the AWS SDK v2 bundle it declares). The Spark, Scala and Hadoop versions are read from the
-installed pyspark; every artifact pyspark already ships (Scala, Spark, Hadoop's client, Jackson,
-Parquet, log4j, ...) is left out, and the result is checked to hold no class that a pyspark jar
-holds too, so the classpath never carries two versions of a class.
+runtime dependencies), ``org.apache.hadoop:hadoop-aws`` at the Hadoop version pyspark bundles
+(with the AWS SDK v2 bundle it declares) and ``org.apache.spark:spark-sql-kafka-0-10_<scala>``
+at pyspark's version (with its kafka-clients). The Spark, Scala and Hadoop versions are read
+from the installed pyspark; every artifact pyspark already ships (Scala, Spark, Hadoop's client,
+Jackson, Parquet, log4j, ...) is left out, and the result is checked to hold no class that a
+pyspark jar holds too, so the classpath never carries two versions of a class.
 
 Where: ``$SPARKSINK_JARS_DIR`` if set, else ``${XDG_CACHE_HOME:-~/.cache}/sparksink/jars/<key>``
-(outside the source tree), ``<key>`` naming pyspark's version, Scala, delta-spark and Hadoop.
+(outside the source tree), ``<key>`` naming pyspark's version, Scala, delta-spark, Hadoop and a
+digest of the pom (a pom that gains a dependency fills a new directory).
+
+The Kafka broker (``org.apache.kafka:kafka_2.13`` in KRaft mode, ``tools/jars/kafka-broker/
+pom.xml``) runs in a JVM of its own, so its jars go to a directory of their own,
+``.../sparksink/kafka-broker/<version>-<pom digest>``, not beside pyspark's.
 A directory is complete once its ``jars.txt`` lists its jars; a complete directory is reused
 without running Maven. A missing one is filled with Maven offline first (``mvn -o``), then
 online. Maven's local repository is one of our own, ``.../sparksink/maven-repository`` (Maven's
@@ -29,6 +37,7 @@ message saying what failed and how to fix it; nothing incomplete is left in the 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -41,12 +50,15 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 POM = Path(__file__).resolve().parent / "jars" / "pom.xml"
+BROKER_POM = POM.parent / "kafka-broker" / "pom.xml"
 STAMP = "jars.txt"
 # Named in full, so that a registry out of reach is reported as such (a goal prefix such as
 # "dependency:" is reported as "no plugin found" instead).
 COPY_DEPENDENCIES = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 # "scala-library-2.13.18.jar" -> "scala-library"; "zstd-jni-1.5.7-7.jar" -> "zstd-jni"
+# Every Spark module's jar carries this empty class (pyspark's own jars too): not a clash.
+_SPARK_STUB = "org/apache/spark/unused/UnusedStubClass.class"
 _ARTIFACT_OF_JAR = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(-.+)?\.jar$")
 
 
@@ -78,10 +90,14 @@ class JarSet:
         return f"org.apache.hadoop:hadoop-aws:{self.hadoop_version}"
 
     @property
+    def kafka_artifact(self) -> str:
+        return f"org.apache.spark:spark-sql-kafka-0-10_{self.scala_binary}:{self.spark_version}"
+
+    @property
     def key(self) -> str:
         return (
             f"spark{self.spark_version}-scala{self.scala_binary}-delta{self.delta_version}"
-            f"-hadoop{self.hadoop_version}"
+            f"-hadoop{self.hadoop_version}-{_digest(POM)}"
         )
 
     @property
@@ -89,9 +105,9 @@ class JarSet:
         explicit = os.environ.get("SPARKSINK_JARS_DIR")
         return Path(explicit) if explicit else _cache_root() / "jars" / self.key
 
-    @property
-    def maven_repository(self) -> Path:
-        return _cache_root() / "maven-repository"
+
+def _digest(pom: Path) -> str:
+    return hashlib.sha256(pom.read_bytes()).hexdigest()[:10]
 
 
 def _cache_root() -> Path:
@@ -150,8 +166,9 @@ def cached_jars(jar_set: JarSet) -> list[Path]:
         if jars and all(jar.is_file() for jar in jars):
             return jars
     raise JarsError(
-        f"the delta-spark and hadoop-aws jars for pyspark {jar_set.spark_version} "
-        f"({jar_set.delta_artifact}, {jar_set.hadoop_aws_artifact}) are not in "
+        f"the delta-spark, hadoop-aws and Kafka source jars for pyspark {jar_set.spark_version} "
+        f"({jar_set.delta_artifact}, {jar_set.hadoop_aws_artifact}, {jar_set.kafka_artifact}) "
+        "are not in "
         f"{jar_set.directory}. Run `make jars` (or `python tools/jars.py`) to fetch them "
         "through Maven."
     )
@@ -167,21 +184,65 @@ def fetch(jar_set: JarSet, log=print) -> list[Path]:
         return cached_jars(jar_set)
     except JarsError:
         pass
+    what = f"{jar_set.delta_artifact}, {jar_set.hadoop_aws_artifact} and {jar_set.kafka_artifact}"
+    properties = {
+        "spark.version": jar_set.spark_version,
+        "spark.binary.version": jar_set.spark_binary,
+        "scala.binary.version": jar_set.scala_binary,
+        "hadoop.version": jar_set.hadoop_version,
+        "jackson.version": jar_set.jackson_version,
+        "delta.version": jar_set.delta_version,
+        "excludeArtifactIds": ",".join(sorted(_artifacts_in(jar_set.pyspark_jars))),
+    }
+    _fill(
+        jar_set.directory,
+        POM,
+        properties,
+        what,
+        log,
+        check=lambda staged, jars: _check_no_clash(jar_set.pyspark_jars, staged, jars),
+    )
+    return cached_jars(jar_set)
+
+
+def broker_directory() -> Path:
+    """Where the Kafka broker's jars are cached (see the module docstring)."""
+    version = ElementTree.parse(BROKER_POM).find("m:properties/m:kafka.version", _POM_NS)
+    assert version is not None and version.text, f"{BROKER_POM} lacks <kafka.version>"
+    return _cache_root() / "kafka-broker" / f"{version.text.strip()}-{_digest(BROKER_POM)}"
+
+
+def fetch_broker(log=print) -> Path:
+    """The Kafka broker's jar directory, fetched first if the cache lacks it.
+
+    Raises:
+        JarsError: Maven is missing or the fetch failed.
+    """
+    directory = broker_directory()
+    if not (directory / STAMP).is_file():
+        what = f"the Kafka broker {directory.name.split('-')[0]} (org.apache.kafka:kafka_2.13)"
+        _fill(directory, BROKER_POM, {}, what, log, check=lambda staged, jars: None)
+    return directory
+
+
+def _fill(target: Path, pom: Path, properties: dict[str, str], what: str, log, check) -> None:
+    """Copies ``pom``'s runtime dependencies into ``target`` (replacing an incomplete earlier
+    attempt), its ``jars.txt`` written last; ``check(staged, jar names)`` may refuse them."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise JarsError(
-            "Maven (mvn) is not on PATH; it fetches the delta-spark and hadoop-aws jars. Install "
-            "Maven 3.6 or newer (Debian/Ubuntu: apt-get install maven; or "
-            "https://maven.apache.org/install.html), then run `make jars` again."
+            f"Maven (mvn) is not on PATH; it fetches {what}. Install Maven 3.6 or newer "
+            "(Debian/Ubuntu: apt-get install maven; or https://maven.apache.org/install.html), "
+            "then run `make jars` again."
         )
-    target = jar_set.directory
     target.parent.mkdir(parents=True, exist_ok=True)
+    repository = _cache_root() / "maven-repository"
     with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as scratch:
         staged = Path(scratch) / "jars"
-        _copy_dependencies(mvn, jar_set, staged, log)
+        _copy_dependencies(mvn, pom, properties, staged, repository, what, log)
         jars = sorted(path.name for path in staged.glob("*.jar"))
-        _link_to_repository(staged, jars, jar_set.maven_repository)
-        _check_no_clash(jar_set.pyspark_jars, staged, jars)
+        _link_to_repository(staged, jars, repository)
+        check(staged, jars)
         (staged / STAMP).write_text("\n".join(jars) + "\n")
         if target.exists():  # an incomplete earlier attempt (a complete one returned above)
             shutil.rmtree(target)
@@ -190,33 +251,34 @@ def fetch(jar_set: JarSet, log=print) -> list[Path]:
         except OSError:
             if not (target / STAMP).is_file():  # not a concurrent fetch that finished first
                 raise
-    return cached_jars(jar_set)
 
 
-def _copy_dependencies(mvn: str, jar_set: JarSet, into: Path, log) -> None:
+def _copy_dependencies(
+    mvn: str,
+    pom: Path,
+    properties: dict[str, str],
+    into: Path,
+    repository: Path,
+    what: str,
+    log,
+) -> None:
     """Runs Maven offline (the local repository may hold everything), then online."""
     command = [
         mvn,
         "--batch-mode",
         "--file",
-        str(POM),
+        str(pom),
         COPY_DEPENDENCIES,
-        f"-Dspark.binary.version={jar_set.spark_binary}",
-        f"-Dscala.binary.version={jar_set.scala_binary}",
-        f"-Dhadoop.version={jar_set.hadoop_version}",
-        f"-Djackson.version={jar_set.jackson_version}",
-        f"-Ddelta.version={jar_set.delta_version}",
+        *[f"-D{name}={value}" for name, value in properties.items()],
         "-DincludeScope=runtime",
-        f"-DexcludeArtifactIds={','.join(sorted(_artifacts_in(jar_set.pyspark_jars)))}",
         f"-DoutputDirectory={into}",
-        f"-Dmaven.repo.local={jar_set.maven_repository}",
+        f"-Dmaven.repo.local={repository}",
     ]
-    what = f"{jar_set.delta_artifact} and {jar_set.hadoop_aws_artifact}"
     offline = subprocess.run([*command, "--offline"], capture_output=True, text=True)
     if offline.returncode == 0:
-        log(f"Copied {what} and their dependencies from {jar_set.maven_repository} (offline).")
+        log(f"Copied {what} and their dependencies from {repository} (offline).")
         return
-    log(f"Fetching {what} and their dependencies with Maven (about 750 MB the first time)...")
+    log(f"Fetching {what} and their dependencies with Maven...")
     online = subprocess.run(command, capture_output=True, text=True)
     if online.returncode != 0:
         said = _maven_errors(online.stdout) or online.stdout[-3000:] + online.stderr[-2000:]
@@ -286,6 +348,7 @@ def _classes(jar: Path) -> set[str]:
             if name.endswith(".class")
             and not name.startswith("META-INF/")
             and not name.endswith("module-info.class")
+            and name != _SPARK_STUB
         }
 
 
@@ -318,21 +381,31 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print the cached jars comma-separated (fails if they were not fetched)",
     )
+    parser.add_argument(
+        "--kafka-broker",
+        action="store_true",
+        help="print the Kafka broker's jar directory (fetched first if missing)",
+    )
     parser.add_argument("--delta-version", help="delta-spark version (default: the pom's)")
     args = parser.parse_args(argv)
+    log = lambda line: print(line, file=sys.stderr)  # noqa: E731
     try:
+        if args.kafka_broker:
+            print(fetch_broker(log))
+            return 0
         jar_set = installed_jar_set(args.delta_version)
         if args.print_classpath:
             print(",".join(str(jar) for jar in cached_jars(jar_set)))
             return 0
-        jars = fetch(jar_set, log=lambda line: print(line, file=sys.stderr))
+        jars = fetch(jar_set, log)
+        broker = fetch_broker(log)
     except JarsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     size = sum(jar.stat().st_size for jar in jars) / 2**20
     print(
         f"{len(jars)} jars ({size:.0f} MiB) for pyspark {jar_set.spark_version} in "
-        f"{jar_set.directory}",
+        f"{jar_set.directory}; the Kafka broker in {broker}",
         file=sys.stderr,
     )
     return 0

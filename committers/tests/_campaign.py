@@ -5,7 +5,7 @@ restarted from its checkpoint; at the end the table is checked against its sourc
 Usage (``make campaign`` runs it)::
 
     python -m committers.tests._campaign --seed 7 --cycles 40 [--staging auto|spark|arrow|mixed]
-        [--source json|delta|changes] [--workdir DIR] [--json REPORT.json]
+        [--source json|delta|changes|kafka] [--workdir DIR] [--json REPORT.json]
 
 Each cycle adds source files of fresh unique ids, then runs the job with one kill planned: a
 named step (``SPARKSINK_CRASH_AT``, see ``framework._crash``) or, for ``random``, a timer in
@@ -29,6 +29,10 @@ batch marks the rows it replaces in vectors (merge-on-read) and writes change fi
 compares the table with the changes applied in order, and its change feed (read by delta-rs)
 with the changes: every insert and update exactly once, every delete of a live row exactly
 once, nothing else.
+
+The ``kafka`` source is a topic on a local broker started for the campaign, read by Spark's
+Kafka source (``committers/tests/_campaign_kafka.py``); the check also asks that each record
+produced is in the table once by its (partition, offset).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ RANDOM = "random"
 KINDS = (*CRASH_STEPS, RANDOM)
 #: Only a source of this framework (the "deltalake" format) reaches ``offsets_written``.
 JSON_KINDS = tuple(kind for kind in KINDS if kind != "offsets_written")
-SOURCES = ("json", "delta", "changes")
+SOURCES = ("json", "delta", "changes", "kafka")
 #: The steps an upsert stream passes (no schema merges, no blind appends, no compactions).
 CHANGE_KINDS = (
     "replay_check",
@@ -139,6 +143,10 @@ class _Source:
         self.auto_compact = False  # the job's sink compacts between batches (see the driver)
         if kind == "json":
             directory.mkdir(parents=True, exist_ok=True)
+
+    def location(self) -> str:
+        """What the driver reads (its SOURCE argument)."""
+        return str(self.directory)
 
     def _rows(self) -> list[dict[str, object]]:
         rows = []
@@ -306,7 +314,7 @@ def _run_job(
     process = start_driver(
         "committers.tests._campaign_driver",
         [
-            str(source.directory),
+            source.location(),
             target.uri,
             str(checkpoint),
             staging,
@@ -365,7 +373,7 @@ def run_campaign(
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     if kinds is None:
-        kinds = {"delta": KINDS, "changes": CHANGE_KINDS}.get(source, JSON_KINDS)
+        kinds = {"delta": KINDS, "changes": CHANGE_KINDS}.get(source, JSON_KINDS)  # kafka: JSON
     if source == "changes" and staging == "arrow":
         raise ValueError(
             "an upsert stream writes its new rows with Spark: staging 'arrow' is not one"
@@ -406,15 +414,39 @@ def _campaign(
     table: _Target,
     source_kind: str = "json",
 ) -> CampaignReport:
-    started = time.monotonic()
-    rng = random.Random(seed)
     kind_of_store = "s3" if table.uri.startswith("s3://") else "file"
     report = CampaignReport(seed=seed, staging=staging, source=source_kind, table=kind_of_store)
+    if source_kind == "kafka":
+        from committers.tests._campaign_kafka import KafkaSource, start_broker
+
+        broker = start_broker(workdir / "broker")
+        try:
+            return _run_cycles(
+                seed, cycles, workdir, staging, kinds, table, KafkaSource(broker), report
+            )
+        finally:
+            broker.stop()
     if source_kind == "changes":
         source: _Source = _ChangeSource(workdir / "source", random.Random(seed + 1))
         source.create_table(table)  # type: ignore[attr-defined]
     else:
         source = _Source(workdir / "source", source_kind)
+    return _run_cycles(seed, cycles, workdir, staging, kinds, table, source, report)
+
+
+def _run_cycles(
+    seed: int,
+    cycles: int,
+    workdir: Path,
+    staging: str,
+    kinds: tuple[str, ...],
+    table: _Target,
+    source: _Source,
+    report: CampaignReport,
+) -> CampaignReport:
+    started = time.monotonic()
+    rng = random.Random(seed)
+    source_kind = source.kind
     source.auto_compact = any(kind in COMPACTION_STEPS for kind in kinds)
     checkpoint = workdir / "checkpoint"
     # Every step once per round, in a seeded order; the schema grows on schema_merge's turn.
@@ -455,6 +487,10 @@ def _campaign(
     else:
         report.rows_expected = source.next_id
         _check(report, table, expected=set(range(source.next_id)))
+    if source_kind == "kafka":
+        from committers.tests._campaign_kafka import check_positions
+
+        check_positions(report, table, source)  # type: ignore[arg-type]
     report.seconds = round(time.monotonic() - started, 1)
     return report
 
@@ -584,7 +620,8 @@ def main() -> None:
         "--source",
         choices=SOURCES,
         default="json",
-        help="JSON files (Spark's file source) or a Delta table read by the deltalake format",
+        help="JSON files (Spark's file source), a Delta table read by the deltalake format, "
+        "JSON changes upserted by key, or a Kafka topic on a local broker",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument(

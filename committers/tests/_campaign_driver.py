@@ -5,7 +5,9 @@ Usage: python -m committers.tests._campaign_driver SOURCE TABLE CHECKPOINT STAGI
 Reads the source's files of unique ids one file per micro-batch into ``DeltaSink(TABLE,
 app_id="campaign", partition_by=["day"], schema_mode="merge")`` (the table created with
 ``delta.checkpointInterval`` 2): JSON files (KIND ``json``) or a Delta table through the
-``"deltalake"`` format (KIND ``delta``, its schema the table's). The JSON schema has EXTRA more
+``"deltalake"`` format (KIND ``delta``, its schema the table's) or a Kafka topic's JSON
+records (KIND ``kafka``, SOURCE ``host:port/topic``, read by Spark's Kafka source, the table
+keeping each record's ``kafka_partition`` and ``kafka_offset``). The JSON schema has EXTRA more
 columns ``note1``..``noteN``: the first batch of a run with a new one merges it into the
 table. Storage options (S3 campaigns) come as JSON in ``SPARKSINK_CAMPAIGN_STORAGE_OPTIONS``.
 With ``SPARKSINK_CAMPAIGN_AUTO_COMPACT`` set (the campaign sets it when its plan holds the
@@ -24,7 +26,11 @@ import os
 import sys
 from typing import Any
 
-from committers.tests._campaign import AUTO_COMPACT_VARIABLE, STORAGE_OPTIONS_VARIABLE
+from committers.tests._campaign import (
+    AUTO_COMPACT_VARIABLE,
+    IDS_PER_FILE,
+    STORAGE_OPTIONS_VARIABLE,
+)
 from framework._crash import DRIVER_GROUP_VARIABLE
 
 CHECKPOINT_INTERVAL = 2
@@ -67,7 +73,11 @@ def main() -> None:
         schema = "id LONG, day STRING" + "".join(
             f", note{n} STRING" for n in range(1, int(extra) + 1)
         )
-        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
+        if kind == "kafka":  # SOURCE is bootstrap/topic; a file's worth of records a batch
+            bootstrap, topic = source.split("/", 1)
+            stream = _kafka_rows(spark, bootstrap, topic, schema)
+        else:
+            stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
     sink = TwoPhaseSink(
         DeltaSink(
             table,
@@ -88,6 +98,25 @@ def main() -> None:
     )
     _run(sink, stream, checkpoint)
     spark.stop()
+
+
+def _kafka_rows(spark: Any, bootstrap: str, topic: str, schema: str) -> Any:
+    """The topic's JSON records as rows of ``schema``, with where each was read from."""
+    from pyspark.sql import functions as F
+
+    records = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", IDS_PER_FILE)
+        .load()
+    )
+    return records.select(
+        F.from_json(F.col("value").cast("string"), schema).alias("record"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+    ).select("record.*", "kafka_partition", "kafka_offset")
 
 
 def _run(sink: Any, stream: Any, checkpoint: str) -> None:

@@ -1,5 +1,6 @@
-"""The delta-spark and hadoop-aws jars `make jars` cached (``tools/jars.py``), for the test
-session and for test drivers run as their own processes."""
+"""The jars `make jars` cached (``tools/jars.py``): delta-spark, hadoop-aws and Spark's Kafka
+source for the test session and for test drivers run as their own processes, and the Kafka
+broker's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 # delta-spark beside the sink, in the session's one JVM (its jars come from `make jars`).
 DELTA_SPARK_CONFIGS = {
@@ -18,7 +20,7 @@ DELTA_SPARK_CONFIGS = {
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
 }
 
-_TOOL = Path(__file__).resolve().parents[2] / "tools" / "jars.py"
+_TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 
 def local_jar_configs(jars: list[str]) -> dict[str, str]:
@@ -31,15 +33,32 @@ def local_jar_configs(jars: list[str]) -> dict[str, str]:
     return {"spark.driver.extraClassPath": os.pathsep.join(jars)} if jars else {}
 
 
+def tool(name: str) -> Any:
+    """The module ``tools/<name>.py`` (tools/ is not a package), loaded once."""
+    module_name = f"_sparksink_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, _TOOLS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
 def fetched_jars() -> tuple[list[str], str | None]:
-    """The delta-spark and hadoop-aws jars `make jars` cached for the installed pyspark, or
-    the reason they are missing (what to run)."""
-    spec = importlib.util.spec_from_file_location("_sparksink_jars", _TOOL)
-    assert spec is not None and spec.loader is not None
-    jars = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = jars  # dataclasses look their module up there
-    spec.loader.exec_module(jars)
+    """The delta-spark, hadoop-aws and Kafka source jars `make jars` cached for the installed
+    pyspark, or the reason they are missing (what to run)."""
+    jars = tool("jars")
     try:
         return [str(jar) for jar in jars.cached_jars(jars.installed_jar_set())], None
     except jars.JarsError as missing:
         return [], str(missing)
+
+
+def broker_jars() -> tuple[Path | None, str | None]:
+    """The Kafka broker's jar directory `make jars` cached, or the reason it is missing."""
+    jars = tool("jars")
+    directory = jars.broker_directory()
+    if (directory / jars.STAMP).is_file():
+        return directory, None
+    return None, f"the Kafka broker's jars are not in {directory}: run `make jars`"
