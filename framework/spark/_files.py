@@ -17,7 +17,6 @@ index does from its log. On a local disk that takes the planning of 200 files fr
 from __future__ import annotations
 
 import json
-import logging
 import struct
 import threading
 from collections.abc import Mapping, Sequence
@@ -33,7 +32,6 @@ __all__ = ["LISTING_PARALLELISM_CONF", "parquet_files"]
 
 LISTING_PARALLELISM_CONF = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 _conf_lock = threading.Lock()
-log = logging.getLogger("framework.spark")
 
 _KNOWN_FILES = "sparksink.jvm.KnownFiles"
 _KNOWN_FILES_SOURCE = """

@@ -46,8 +46,7 @@ public final class LiveRows implements org.apache.spark.sql.api.java.UDF2, java.
     private final java.util.HashMap deleted = new java.util.HashMap();
 
     /** packed: per file, the UTF-8 length and bytes of its path, the number of its deleted
-        rows and those (little-endian, so that the rows are one block copy: this runs once
-        per scan, never JIT-compiled). Throws when two paths hash alike. */
+        rows and those (little-endian). Throws when two paths hash alike. */
     public LiveRows(byte[] packed) {
         java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(packed)
             .order(java.nio.ByteOrder.LITTLE_ENDIAN);
