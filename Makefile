@@ -71,9 +71,10 @@ bench-delta-spark: dev-venv jars
 	$(PY) benchmarks/vs_delta_spark.py all
 
 # The crash-point campaign (docs/reliability.md): SEED picks the kill plan, CYCLES the killed runs,
-# STAGING auto|spark|arrow|mixed, SOURCE json|delta|changes|kafka (JSON files, a Delta table read
-# by the "deltalake" format, JSON changes upserted into a table with deletion vectors and the
-# change data feed on, or a topic on a local Kafka broker read by Spark's Kafka source); S3_FAULTS=0.1 puts the table on a local S3 server behind the fault proxy
+# STAGING auto|spark|arrow|mixed, SOURCE json|delta|changes|kafka|kafka-changes (JSON files, a
+# Delta table read by the "deltalake" format, JSON changes upserted into a table with deletion
+# vectors and the change data feed on, a topic on a local Kafka broker read by Spark's Kafka
+# source, or the changes as Debezium-style events in such a topic); S3_FAULTS=0.1 puts the table on a local S3 server behind the fault proxy
 # at that rate.
 SEED ?= 1
 CYCLES ?= 40

@@ -5,7 +5,7 @@ restarted from its checkpoint; at the end the table is checked against its sourc
 Usage (``make campaign`` runs it)::
 
     python -m committers.tests._campaign --seed 7 --cycles 40 [--staging auto|spark|arrow|mixed]
-        [--source json|delta|changes|kafka] [--workdir DIR] [--json REPORT.json]
+        [--source json|delta|changes|kafka|kafka-changes] [--workdir DIR] [--json REPORT.json]
 
 Each cycle adds source files of fresh unique ids, then runs the job with one kill planned: a
 named step (``SPARKSINK_CRASH_AT``, see ``framework._crash``) or, for ``random``, a timer in
@@ -32,7 +32,8 @@ once, nothing else.
 
 The ``kafka`` source is a topic on a local broker started for the campaign, read by Spark's
 Kafka source (``committers/tests/_campaign_kafka.py``); the check also asks that each record
-produced is in the table once by its (partition, offset).
+produced is in the table once by its (partition, offset). ``kafka-changes`` is the
+``changes`` source as Debezium-style change events in a topic, checked as ``changes``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ RANDOM = "random"
 KINDS = (*CRASH_STEPS, RANDOM)
 #: Only a source of this framework (the "deltalake" format) reaches ``offsets_written``.
 JSON_KINDS = tuple(kind for kind in KINDS if kind != "offsets_written")
-SOURCES = ("json", "delta", "changes", "kafka")
+SOURCES = ("json", "delta", "changes", "kafka", "kafka-changes")
 #: The steps an upsert stream passes (no schema merges, no blind appends, no compactions).
 CHANGE_KINDS = (
     "replay_check",
@@ -227,6 +228,10 @@ class _ChangeSource(_Source):
             else:
                 self.live[id_] = (value, self.seq)
                 self.written[(id_, self.seq)] += 1
+        self._write(rows)
+        self.files += 1
+
+    def _write(self, rows: list[dict[str, object]]) -> None:
         temporary = self.directory / f".part-{self.files:05d}.tmp"
         temporary.write_text("".join(json.dumps(row) + "\n" for row in rows))
         # Spark's file source takes files in the order of their modification times (ties in
@@ -234,7 +239,6 @@ class _ChangeSource(_Source):
         self.modified = max(time.time_ns(), self.modified + 1_000_000)
         os.utime(temporary, ns=(self.modified, self.modified))
         temporary.rename(self.directory / f"part-{self.files:05d}.json")  # atomic for Spark
-        self.files += 1
 
     def create_table(self, table: _Target) -> None:
         """The target: partitioned by ``day``, deletion vectors and the change feed on, a
@@ -353,7 +357,8 @@ def _staging_of(staging: str, cycle: int, source: str = "json") -> str:
     only, or Python tasks for kept rows)."""
     if staging != "mixed":
         return staging
-    return (("auto", "spark") if source == "changes" else ("spark", "arrow"))[cycle % 2]
+    upsert = source in ("changes", "kafka-changes")
+    return (("auto", "spark") if upsert else ("spark", "arrow"))[cycle % 2]
 
 
 def run_campaign(
@@ -373,8 +378,10 @@ def run_campaign(
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     if kinds is None:
-        kinds = {"delta": KINDS, "changes": CHANGE_KINDS}.get(source, JSON_KINDS)  # kafka: JSON
-    if source == "changes" and staging == "arrow":
+        kinds = {"delta": KINDS, "changes": CHANGE_KINDS, "kafka-changes": CHANGE_KINDS}.get(
+            source, JSON_KINDS
+        )
+    if source in ("changes", "kafka-changes") and staging == "arrow":
         raise ValueError(
             "an upsert stream writes its new rows with Spark: staging 'arrow' is not one"
         )
@@ -416,14 +423,13 @@ def _campaign(
 ) -> CampaignReport:
     kind_of_store = "s3" if table.uri.startswith("s3://") else "file"
     report = CampaignReport(seed=seed, staging=staging, source=source_kind, table=kind_of_store)
-    if source_kind == "kafka":
-        from committers.tests._campaign_kafka import KafkaSource, start_broker
+    if source_kind in ("kafka", "kafka-changes"):
+        from committers.tests._campaign_kafka import kafka_source, start_broker
 
         broker = start_broker(workdir / "broker")
         try:
-            return _run_cycles(
-                seed, cycles, workdir, staging, kinds, table, KafkaSource(broker), report
-            )
+            source = kafka_source(source_kind, broker, random.Random(seed + 1), table)
+            return _run_cycles(seed, cycles, workdir, staging, kinds, table, source, report)
         finally:
             broker.stop()
     if source_kind == "changes":

@@ -14,7 +14,8 @@ With ``SPARKSINK_CAMPAIGN_AUTO_COMPACT`` set (the campaign sets it when its plan
 steps ``compaction_commit`` or ``compaction_committed``) the sink compacts a partition once it
 holds ``AUTO_COMPACT_MIN_FILES`` small files, so runs compact between batches; otherwise it
 does not compact (shorter runs). KIND ``changes``: JSON files of changes upserted by ``id``
-(``sequence_by="seq"``, ``delete_when="op = 'D'"``) into the table the campaign created.
+(``sequence_by="seq"``, ``delete_when="op = 'D'"``) into the table the campaign created; KIND
+``kafka-changes``: the same changes as Debezium-style events in a Kafka topic.
 ``SPARKSINK_CRASH_AT`` (see ``framework._crash``) decides where
 the process dies.
 """
@@ -51,9 +52,13 @@ def main() -> None:
     if kind == "delta":
         register(spark)
         stream = spark.readStream.format("deltalake").option("maxFilesPerTrigger", 1).load(source)
-    elif kind == "changes":  # upserted by key into the table the campaign created
-        schema = "id LONG, day STRING, v STRING, seq LONG, op STRING"
-        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
+    elif kind in ("changes", "kafka-changes"):  # upserted by key into the campaign's table
+        if kind == "kafka-changes":
+            bootstrap, topic = source.split("/", 1)
+            stream = _debezium_changes(spark, bootstrap, topic)
+        else:
+            schema = "id LONG, day STRING, v STRING, seq LONG, op STRING"
+            stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source)
         sink = TwoPhaseSink(
             DeltaSink(
                 table,
@@ -100,11 +105,9 @@ def main() -> None:
     spark.stop()
 
 
-def _kafka_rows(spark: Any, bootstrap: str, topic: str, schema: str) -> Any:
-    """The topic's JSON records as rows of ``schema``, with where each was read from."""
-    from pyspark.sql import functions as F
-
-    records = (
+def _kafka_records(spark: Any, bootstrap: str, topic: str) -> Any:
+    """The topic's records from the earliest offset, a file's worth per micro-batch."""
+    return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
@@ -112,11 +115,43 @@ def _kafka_rows(spark: Any, bootstrap: str, topic: str, schema: str) -> Any:
         .option("maxOffsetsPerTrigger", IDS_PER_FILE)
         .load()
     )
-    return records.select(
-        F.from_json(F.col("value").cast("string"), schema).alias("record"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-    ).select("record.*", "kafka_partition", "kafka_offset")
+
+
+def _kafka_rows(spark: Any, bootstrap: str, topic: str, schema: str) -> Any:
+    """The topic's JSON records as rows of ``schema``, with where each was read from."""
+    from pyspark.sql import functions as F
+
+    return (
+        _kafka_records(spark, bootstrap, topic)
+        .select(
+            F.from_json(F.col("value").cast("string"), schema).alias("record"),
+            F.col("partition").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"),
+        )
+        .select("record.*", "kafka_partition", "kafka_offset")
+    )
+
+
+def _debezium_changes(spark: Any, bootstrap: str, topic: str) -> Any:
+    """Debezium-style change events as the ``changes`` rows (id, day, v, seq, op I/U/D)."""
+    from pyspark.sql import functions as F
+
+    envelope = (
+        "payload STRUCT<before: STRUCT<id: LONG, day: STRING>, "
+        "after: STRUCT<id: LONG, day: STRING, v: STRING>, op: STRING, source: STRUCT<seq: LONG>>"
+    )
+    event = F.from_json(F.col("value").cast("string"), envelope).getField("payload")
+    before, after = event.getField("before"), event.getField("after")
+    return _kafka_records(spark, bootstrap, topic).select(
+        F.coalesce(after.getField("id"), before.getField("id")).alias("id"),
+        F.coalesce(after.getField("day"), before.getField("day")).alias("day"),
+        after.getField("v").alias("v"),
+        event.getField("source").getField("seq").alias("seq"),
+        F.when(event.getField("op") == "d", "D")
+        .when(event.getField("op") == "c", "I")
+        .otherwise("U")
+        .alias("op"),
+    )
 
 
 def _run(sink: Any, stream: Any, checkpoint: str) -> None:

@@ -1,11 +1,18 @@
-"""The campaign's Kafka source (``--source kafka``): a topic of three partitions on a local
-KRaft broker (``tools/kafka_broker.py``, started for the campaign), read by Spark's own Kafka
-source (``readStream.format("kafka")``, ``maxOffsetsPerTrigger`` one file's worth of records).
+"""The campaign's Kafka sources, topics on a local KRaft broker (``tools/kafka_broker.py``,
+started for the campaign) read by Spark's own Kafka source (``readStream.format("kafka")``,
+``maxOffsetsPerTrigger`` one file's worth of records).
 
-Each "file" is that many JSON records of fresh ids, produced idempotently (``acks=all``); the
-producer's delivery reports say where each record landed, and the check then asks that every
-(partition, offset) produced is in the table exactly once (the table keeps both columns),
-besides the ids the other sources are checked by.
+``--source kafka``: a topic of three partitions; each "file" is that many JSON records of fresh
+ids, produced idempotently (``acks=all``); the producer's delivery reports say where each
+record landed, and the check then asks that every (partition, offset) produced is in the
+table exactly once (the table keeps both columns), besides the ids the other sources are
+checked by.
+
+``--source kafka-changes``: the ``changes`` source's changes as Debezium-style change events
+(``{"payload": {"before", "after", "op": "c"|"u"|"d", "source": {"seq"}}}``, keyed by id), in
+a topic of one partition, so that each micro-batch holds exactly one file's changes (as the
+file source's ``maxFilesPerTrigger`` 1 does) and the change feed can be checked change by
+change; upserted by key into a table with deletion vectors and the change feed on.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 from committers.tests._campaign import (
     IDS_PER_FILE,
     CampaignReport,
+    _ChangeSource,
     _deltalake_rows,
     _Source,
     _Target,
@@ -75,6 +83,56 @@ class KafkaSource(_Source):
             raise RuntimeError(f"producing to {self.topic} failed: {failures[:3]}, {left} left")
         self.next_id += IDS_PER_FILE
         self.files += 1
+
+
+class KafkaChangeSource(_ChangeSource):
+    """The ``changes`` source's changes, produced as Debezium-style events."""
+
+    def __init__(self, broker: Any, rng: Any, topic: str = "changes") -> None:
+        super().__init__(Path(broker.directory), rng)
+        self.kind = "kafka-changes"
+        self.bootstrap = broker.bootstrap
+        self.topic = topic
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})  # (alive until done)
+        created = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+        created[topic].result(60)
+
+    def location(self) -> str:
+        return f"{self.bootstrap}/{self.topic}"
+
+    def _write(self, rows: list[dict[str, object]]) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all"}
+        )
+        for row in rows:
+            key = {"id": row["id"], "day": row["day"]}
+            after = {k: row[k] for k in ("id", "day", "v")}
+            op = {"I": "c", "U": "u", "D": "d"}[str(row["op"])]
+            event = {
+                "payload": {
+                    "before": key if op != "c" else None,
+                    "after": after if op != "d" else None,
+                    "op": op,
+                    "source": {"seq": row["seq"]},
+                }
+            }
+            producer.produce(self.topic, key=json.dumps(key), value=json.dumps(event))
+        if producer.flush(60):
+            raise RuntimeError(f"producing to {self.topic} failed")
+
+
+def kafka_source(kind: str, broker: Any, rng: Any, table: _Target) -> _Source:
+    """The campaign's source of ``kind`` (``kafka`` or ``kafka-changes``) on ``broker``; for
+    changes, the target table is created as the ``changes`` source creates it."""
+    if kind == "kafka":
+        return KafkaSource(broker)
+    source = KafkaChangeSource(broker, rng)
+    source.create_table(table)
+    return source
 
 
 def check_positions(report: CampaignReport, table: _Target, source: KafkaSource) -> None:
