@@ -83,20 +83,20 @@ def print_sides(
 
 
 def wait_for_quiet(max_seconds: float = 240.0) -> float:
-    """Wait until the 1-minute load average is at most ``QUIET_LOAD`` (the JVM's start or the
+    """Wait until the 1-minute load average is below ``QUIET_LOAD`` (the JVM's start or the
     previous scenario raised it), at most ``max_seconds``; returns the load average then."""
     deadline = time.monotonic() + max_seconds
-    while (load := os.getloadavg()[0]) > QUIET_LOAD and time.monotonic() < deadline:
+    while (load := os.getloadavg()[0]) >= QUIET_LOAD and time.monotonic() < deadline:
         time.sleep(5)
     return load
 
 
 def quiet_enough(load_before: float, force: bool) -> bool:
     """Whether ratios may be printed (a quiet start, or ``--force``); says why not if not."""
-    if load_before <= QUIET_LOAD or force:
+    if load_before < QUIET_LOAD or force:
         return True
     print(
-        f"\nload average {load_before:.2f} > {QUIET_LOAD}: ratio not printed (a loaded "
+        f"\nload average {load_before:.2f} >= {QUIET_LOAD}: ratio not printed (a loaded "
         "machine distorts it); rerun on a quiet machine, or pass --force"
     )
     return False

@@ -110,7 +110,7 @@ def report(
     if not quiet_enough(load_before, force):
         print("WARNING: these times are not to be recorded.")
         return
-    marked = " (forced on a loaded machine: do not record)" if load_before > QUIET_LOAD else ""
+    marked = " (forced on a loaded machine: do not record)" if load_before >= QUIET_LOAD else ""
     for theirs, ours in ratios:
         ratio = median(times[theirs]) / median(times[ours])
         print(f"ratio {theirs} / {ours}: {ratio:.2f}{marked}")
