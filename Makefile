@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BOOTSTRAP := sh tools/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 
-.PHONY: demo kafka-demo test check lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars
+.PHONY: demo kafka-demo test check lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars images compose
 
 prereqs:
 	@sh tools/check-prereqs.sh "$(PYTHON)"
@@ -42,10 +42,23 @@ unit: dev-venv
 jars: runtime-venv
 	$(PY) tools/jars.py
 
+# The container images of the tests (tools/containers.py), built on this machine, nothing pulled:
+# the S3 server (SeaweedFS), the Kafka broker and Spark standalone nodes. Starts a Docker engine
+# first where none answers and one can be had (as root with apt: Debian's docker.io); where none
+# can, it says so and the tests run their servers as local processes. Reused until an input
+# changes (each image's tag is a digest of its inputs).
+images: dev-venv jars
+	$(PY) tools/containers.py
+
+# `docker compose` for docker/docker-compose.yml where the engine came without it (Debian's
+# docker.io): built from the Go module proxy, installed as a Docker CLI plugin. Not for the tests.
+compose:
+	$(PY) tools/containers.py --compose
+
 # Two pytest-xdist workers (one SparkSession each): the tests that kill processes (campaign,
 # zombie drivers, executor loss, speculation, deploy) stay together in one worker
 # (xdist_group "kills_processes") while the rest share both.
-test: dev-venv lint typecheck jars
+test: dev-venv lint typecheck jars images
 	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=15
 
 # The fast tier for the edit-test loop: lint, types and the tests that need neither Spark nor

@@ -13,6 +13,7 @@ from committers.delta import DeltaSink
 from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars, local_jar_configs
 from committers.tests._spark_helpers import TEST_JVM_OPTIONS
 from committers.tests._streaming_driver import STAGING_VARIABLE
+from integration_tests._containers import servers_report
 from integration_tests._s3server import S3Server, s3_server
 
 _S3_SERVERS_USED: list[str] = []
@@ -113,7 +114,7 @@ def s3(pytestconfig: pytest.Config) -> Iterator[S3Server]:
             reporter.write_line("")
             reporter.write_line(line)
 
-    with s3_server(log=announce) as server:
+    with s3_server(log=announce, in_container=True) as server:
         yield server
 
 
@@ -131,6 +132,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "s3" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which servers run in containers and which as local processes (``make images``)."""
+    return servers_report()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -1,8 +1,9 @@
-"""Exactly-once streaming into a Delta table on S3 (MinIO by default), stopped and restarted.
+"""Exactly-once streaming into a Delta table on S3 (a local S3 by default), stopped and restarted.
 
-With Docker::
+With Docker, either compose file serves the default endpoint, keys and bucket::
 
-    docker compose -f docker/docker-compose.yml up -d     # MinIO on 127.0.0.1:9000 + bucket "lake"
+    make images && docker compose -f docker/docker-compose.yml up -d   # SeaweedFS, built here
+    docker compose -f docker/docker-compose.minio.yml up -d            # or MinIO (Docker Hub)
     python examples/minio_streaming.py
 
 Against any other S3 endpoint, set the standard variables (they win over the MinIO defaults)::
@@ -80,7 +81,7 @@ def main() -> int:
     except SinkError as err:
         print(f"\nCannot write: {err}")
         if options is not None:
-            print("Is MinIO running? docker compose -f docker/docker-compose.yml up -d")
+            print("Is the local S3 running? docker compose -f docker/docker-compose.yml up -d")
         return 2
     finally:
         spark.stop()

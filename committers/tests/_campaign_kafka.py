@@ -37,11 +37,16 @@ PARTITIONS = 3
 
 
 def start_broker(directory: Path) -> Any:
-    """A started local broker with its data under ``directory``.
+    """A started broker with its log under ``directory``: in a container of the ``kafka``
+    image where ``make images`` built it, else a local process.
 
     Raises:
         RuntimeError: the broker's jars are missing (run `make jars`).
     """
+    from integration_tests._containers import ContainerBroker, image
+
+    if image("kafka") is not None:
+        return ContainerBroker(directory, partitions=PARTITIONS).start()
     jars, missing = broker_jars()
     if jars is None:
         raise RuntimeError(missing)
