@@ -5,7 +5,8 @@ UPDATE, DELETE, MERGE, overwrite, OPTIMIZE; deletion vectors off), then read wit
 ``spark.read.format("deltalake").option("readChangeFeed", "true")`` and with delta-spark's
 ``spark.read.format("delta").option("readChangeFeed", "true")`` in the same session: the rows,
 with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``, must be equal. Streams of
-the feed through the format must deliver the batch read's rows, across a restart too.
+the feed through the format must deliver the batch read's rows, across a restart too. Tables
+with the same history are made once and copied (:func:`kept_tables`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,6 @@ def _changes(spark, fmt: str, uri: str, **options) -> list[dict]:
 
 
 def _assert_same(spark, uri: str, **options) -> list[dict]:
-    register(spark)
     theirs = _changes(spark, "delta", uri, **options)
     ours = _changes(spark, "deltalake", uri, **options)
     assert ours == theirs
@@ -96,24 +98,52 @@ STATEMENTS = (
 )
 
 
+@pytest.fixture(scope="module")
+def kept_tables(delta_spark, tmp_path_factory) -> Callable[..., Path]:
+    """``kept_tables(count, partitioned=..., properties=...)``: the directory of the table
+    :func:`_table` makes of ``STATEMENTS[:count]``, never changed (tests use :func:`_copy`).
+    Each layout's whole history is run once for the module, the table kept after each
+    statement: running the same statements again for each test was most of their time. A
+    local table's log names its files relative to its root, so a copy (with the files' times,
+    which are the commits' timestamps) is the same table."""
+    kept: dict[tuple[bool, str], Path] = {}
+
+    def table(count: int, *, partitioned: bool = False, properties: str = CDF_ON) -> Path:
+        key = (partitioned, properties)
+        if key not in kept:
+            root = tmp_path_factory.mktemp("history")
+            uri = _table(delta_spark, root, (), partitioned=partitioned, properties=properties)
+            for n, statement in enumerate(STATEMENTS, 1):
+                _history(delta_spark, uri, statement)
+                shutil.copytree(uri, root / f"after-{n}")
+            kept[key] = root
+        return kept[key] / f"after-{count}"
+
+    return table
+
+
+def _copy(kept: Path, tmp_path: Path) -> str:
+    """The URI of a copy of a kept table, the test's own to read and change."""
+    uri = tmp_path / "t"
+    shutil.copytree(kept, uri)
+    return str(uri)
+
+
 @pytest.mark.parametrize(
     ("partitioned", "vectors"),
     [(False, False), (True, True)],
     ids=["unpartitioned-no-dv", "partitioned-dv"],
 )
-def test_change_feed_equals_delta_spark(delta_spark, tmp_path, partitioned, vectors):
+def test_change_feed_equals_delta_spark(delta_spark, kept_tables, tmp_path, partitioned, vectors):
     """With deletion vectors, DELETE marks rows in the files' vectors (the same file removed
     and added again with another vector: the rows the vectors disagree on are the changes),
     a second DELETE in a file that has a vector already, and RESTORE re-adds rows a vector
     had marked."""
     spark = delta_spark
-    uri = _table(
-        spark,
-        tmp_path,
-        STATEMENTS,
-        partitioned=partitioned,
-        properties=CDF_AND_DV_ON if vectors else CDF_ON,
-    )
+    register(spark)
+    properties = CDF_AND_DV_ON if vectors else CDF_ON
+    kept = kept_tables(len(STATEMENTS), partitioned=partitioned, properties=properties)
+    uri = _copy(kept, tmp_path)
     operations = _operations(spark, uri)
     latest = max(operations)
     # A MERGE that matches nothing makes no commit; OPTIMIZE commits files without changes.
@@ -142,9 +172,10 @@ def test_change_feed_equals_delta_spark(delta_spark, tmp_path, partitioned, vect
         assert changes == [r for r in everything if start <= r["_commit_version"] <= last]
 
 
-def test_time_ranges_equal_delta_spark(delta_spark, tmp_path):
+def test_time_ranges_equal_delta_spark(delta_spark, kept_tables, tmp_path):
     spark = delta_spark
-    uri = _table(spark, tmp_path, STATEMENTS[:5], partitioned=False)
+    register(spark)
+    uri = _copy(kept_tables(5), tmp_path)
     times = {
         row["version"]: row["timestamp"].replace(tzinfo=dt.timezone.utc)
         for row in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
@@ -174,6 +205,7 @@ def test_time_ranges_equal_delta_spark(delta_spark, tmp_path):
 
 def test_in_commit_timestamps_are_the_commit_timestamps(delta_spark, tmp_path):
     spark = delta_spark
+    register(spark)
     uri = _table(spark, tmp_path, STATEMENTS[:4], partitioned=True, properties=CDF_ON + ICT)
     recorded = set()
     for version in range(1, 5):
@@ -187,6 +219,7 @@ def test_in_commit_timestamps_are_the_commit_timestamps(delta_spark, tmp_path):
 
 def test_column_mapping(delta_spark, tmp_path):
     spark = delta_spark
+    register(spark)
     uri = _table(spark, tmp_path, STATEMENTS[:7], partitioned=True, properties=CDF_ON + MAPPED)
     _assert_same(spark, uri, startingVersion=0)
     spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (extra STRING)")
@@ -200,7 +233,6 @@ def test_column_mapping(delta_spark, tmp_path):
 
 
 def _ours_fails(spark, uri: str, match: str, **options) -> None:
-    register(spark)
     with pytest.raises(Exception, match=match):
         _changes(spark, "deltalake", uri, **options)
 
@@ -212,6 +244,7 @@ def _theirs_fails(spark, uri: str, **options) -> None:
 
 def test_versions_without_the_change_data_feed_are_refused_by_name(delta_spark, tmp_path):
     spark = delta_spark
+    register(spark)
     uri = _table(
         spark,
         tmp_path,
@@ -234,9 +267,10 @@ def test_versions_without_the_change_data_feed_are_refused_by_name(delta_spark, 
     _assert_same(spark, uri, startingVersion=3, endingVersion=5)
 
 
-def test_bad_ranges_are_refused(delta_spark, tmp_path):
+def test_bad_ranges_are_refused(delta_spark, kept_tables, tmp_path):
     spark = delta_spark
-    uri = _table(spark, tmp_path, STATEMENTS[:3], partitioned=False)
+    register(spark)
+    uri = _copy(kept_tables(3), tmp_path)
     for options, match in [
         ({"startingVersion": 4}, r"startingVersion=4 is after the latest version .* \(3\)"),
         (
@@ -253,14 +287,14 @@ def test_bad_ranges_are_refused(delta_spark, tmp_path):
         _ours_fails(spark, uri, match, **options)
     _ours_fails(spark, uri, r"option versionAsOf is not taken", startingVersion=0, versionAsOf=1)
     _ours_fails(spark, uri, r"startingVersion must be a version number", startingVersion="x")
-    register(spark)
     with pytest.raises(Exception, match=r"set readChangeFeed=true"):
         spark.read.format("deltalake").option("endingVersion", 2).load(uri).collect()
 
 
-def test_commits_removed_by_log_cleanup_are_named(delta_spark, tmp_path):
+def test_commits_removed_by_log_cleanup_are_named(delta_spark, kept_tables, tmp_path):
     spark = delta_spark
-    uri = _table(spark, tmp_path, STATEMENTS[:4], partitioned=False)
+    register(spark)
+    uri = _copy(kept_tables(4), tmp_path)
     spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
     _history(spark, uri, *STATEMENTS[4:6])  # version 6 has a checkpoint
     log = Path(uri) / "_delta_log"
@@ -309,18 +343,13 @@ def _rows(*runs: dict[int, list[dict]]) -> list[dict]:
     ("partitioned", "vectors"), [(False, False), (True, True)], ids=["unpartitioned", "dv"]
 )
 def test_streams_deliver_the_batch_changes_across_a_restart(
-    delta_spark, tmp_path, partitioned, vectors
+    delta_spark, kept_tables, tmp_path, partitioned, vectors
 ):
     """delta-spark's batch read and stream are the judges, with deletion vectors too."""
     spark = delta_spark
     register(spark)
-    uri = _table(
-        spark,
-        tmp_path,
-        STATEMENTS[:6],
-        partitioned=partitioned,
-        properties=CDF_AND_DV_ON if vectors else CDF_ON,
-    )
+    layout = {"partitioned": partitioned, "properties": CDF_AND_DV_ON if vectors else CDF_ON}
+    uri = _copy(kept_tables(6, **layout), tmp_path)
 
     # From a version: what the batch read gives, delta-spark's stream alike; one file per batch
     # except that a commit recorded in cdc files stays whole.
@@ -339,8 +368,10 @@ def test_streams_deliver_the_batch_changes_across_a_restart(
     snapshot = _stream(spark, "deltalake", uri, tmp_path / "c3")
     assert _rows(snapshot) == _rows(_stream(spark, "delta", uri, tmp_path / "c4"))
 
-    # Restarted from the checkpoints after more commits: only the new changes.
-    _history(spark, uri, *STATEMENTS[6:])
+    # Restarted from the checkpoints after more commits: only the new changes. The commits are
+    # STATEMENTS[6:]'s, as delta-spark made them in the kept history (whose first six
+    # statements made this table): their log entries and files, copied in.
+    shutil.copytree(kept_tables(len(STATEMENTS), **layout), uri, dirs_exist_ok=True)
     again = _stream(
         spark, "deltalake", uri, tmp_path / "c1", startingVersion=1, maxFilesPerTrigger=1
     )
@@ -352,10 +383,10 @@ def test_streams_deliver_the_batch_changes_across_a_restart(
     )
 
 
-def test_a_stream_stops_where_the_feed_was_not_recorded(delta_spark, tmp_path):
+def test_a_stream_stops_where_the_feed_was_not_recorded(delta_spark, kept_tables, tmp_path):
     spark = delta_spark
     register(spark)
-    uri = _table(spark, tmp_path, STATEMENTS[:2], partitioned=False)
+    uri = _copy(kept_tables(2), tmp_path)
     spark.sql(
         f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')"
     )
