@@ -10,7 +10,10 @@ its commit makes it compute the batch again. With the change data feed on as wel
 
 from __future__ import annotations
 
+import copy as copy_module
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,27 @@ pytestmark = pytest.mark.spark
 CHANGES = "id long, s string, d double, op string"
 #: Who finds the rows a change replaces: the driver (pyarrow, few small candidates) or Spark.
 MATCHED_BY = pytest.mark.parametrize("matched_by", ["driver", "spark"])
+
+
+@pytest.fixture(scope="module")
+def dv_table(delta_spark, tmp_path_factory) -> Callable[..., dict[int, dict]]:
+    """Copies ``_dv_table``'s table to a path; returns its rows by id, every reader agreeing on
+    them. The table of each size is made and read once for the module: a copy costs
+    milliseconds where making it costs two Spark commits and reading it four readers (a local
+    table's log names its files relative to its root, so a copy is the same table)."""
+    made: dict[tuple[int, int], tuple[str, dict[int, dict]]] = {}
+
+    def copy(uri: str, *, rows: int = 3000, files: int = 4) -> dict[int, dict]:
+        if (rows, files) not in made:
+            template = str(tmp_path_factory.mktemp("dv") / "t")
+            _dv_table(delta_spark, template, rows=rows, files=files)
+            rows_by_id = {r["id"]: r for r in _every_reader(delta_spark, template)}
+            made[rows, files] = (template, rows_by_id)
+        template, before = made[rows, files]
+        shutil.copytree(template, uri)
+        return copy_module.deepcopy(before)
+
+    return copy
 
 
 def _upsert(uri: str, staging: str = "auto", deletion_vectors: str = "auto") -> TwoPhaseSink:
@@ -99,12 +123,11 @@ def _match_in(monkeypatch, matched_by: str) -> None:
     ],
 )
 def test_an_upsert_never_brings_back_a_deleted_row(
-    delta_spark, tmp_path, monkeypatch, matched_by, staging, deletion_vectors
+    delta_spark, dv_table, tmp_path, monkeypatch, matched_by, staging, deletion_vectors
 ):
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _dv_table(spark, uri)
-    before = {r["id"]: r for r in _every_reader(spark, uri)}
+    before = dv_table(uri)
     assert 3 not in before and 10 not in before  # (id % 7 = 3 was deleted by vectors)
     _match_in(monkeypatch, matched_by)
     changes = [
@@ -158,15 +181,14 @@ def test_an_upsert_never_brings_back_a_deleted_row(
     ("matched_by", "deletion_vectors"), [("driver", "off"), ("spark", "off"), ("spark", "auto")]
 )
 def test_rows_deleted_between_the_read_and_the_commit_make_the_upsert_compute_again(
-    delta_spark, tmp_path, monkeypatch, matched_by, deletion_vectors
+    delta_spark, dv_table, tmp_path, monkeypatch, matched_by, deletion_vectors
 ):
     """delta-spark DELETEs rows of the file the upsert rewrites (or marks) after the upsert
     read it (a new vector on the same path): committing would bring them back, so the commit
     fails its liveness check and the batch is computed again on the newer snapshot."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _dv_table(spark, uri)
-    before = {r["id"]: r for r in _every_reader(spark, uri)}
+    before = dv_table(uri)
     _match_in(monkeypatch, matched_by)
     interfered: list[int] = []
 
@@ -199,10 +221,10 @@ def test_rows_deleted_between_the_read_and_the_commit_make_the_upsert_compute_ag
     assert _every_reader(spark, uri) == _applied(kept, changes)
 
 
-def test_the_change_feed_of_an_upsert_reports_live_rows_only(delta_spark, tmp_path):
+def test_the_change_feed_of_an_upsert_reports_live_rows_only(delta_spark, dv_table, tmp_path):
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _dv_table(spark, uri)
+    dv_table(uri)
     spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     before = {r["id"]: r for r in _every_reader(spark, uri)}
     changes = [(0, "0", -1.0, "U"), (1, "1", 0.0, "D"), (3, "0", -3.0, "U"), (10, "1", 0.0, "D")]
@@ -232,11 +254,11 @@ def test_the_change_feed_of_an_upsert_reports_live_rows_only(delta_spark, tmp_pa
 
 @MATCHED_BY
 def test_a_damaged_vector_fails_the_upsert_naming_it_with_nothing_committed(
-    delta_spark, tmp_path, monkeypatch, matched_by
+    delta_spark, dv_table, tmp_path, monkeypatch, matched_by
 ):
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _dv_table(spark, uri)
+    dv_table(uri)
     (vector_file,) = Path(uri).glob("deletion_vector_*.bin")  # (the DELETE's, for every file)
     damaged = bytearray(vector_file.read_bytes())
     for vector in _live_vectors(uri, 1).values():  # a byte of each bitmap, past its size
@@ -253,7 +275,9 @@ def test_a_damaged_vector_fails_the_upsert_naming_it_with_nothing_committed(
     assert_no_orphans(uri)  # nothing staged left behind
 
 
-def test_merge_on_read_vectors_are_read_and_maintained_by_delta_spark(delta_spark, tmp_path):
+def test_merge_on_read_vectors_are_read_and_maintained_by_delta_spark(
+    delta_spark, dv_table, tmp_path
+):
     """The sink's vectors (one file of them per batch, in its run directory; one extending
     delta-spark's vector, one a file's first): every reader drops exactly the rows they mark,
     no data file is rewritten, and delta-spark keeps deleting, merging, optimizing and
@@ -261,7 +285,7 @@ def test_merge_on_read_vectors_are_read_and_maintained_by_delta_spark(delta_spar
     (a commit of vectors alone)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _dv_table(spark, uri, rows=600, files=2)
+    dv_table(uri, rows=600, files=2)
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1000, '0', 0.5)")  # a file with no vector
     before = {r["id"]: r for r in _every_reader(spark, uri)}
     files_before = set(_live_vectors(uri, 2))
@@ -306,7 +330,7 @@ def test_merge_on_read_vectors_are_read_and_maintained_by_delta_spark(delta_spar
 
 
 def test_a_merge_on_read_batch_that_fails_to_commit_leaves_nothing_and_replays_once(
-    delta_spark, tmp_path, monkeypatch
+    delta_spark, dv_table, tmp_path, monkeypatch
 ):
     """The batch's vector file is written, then its commit fails: nothing is committed, the
     vector file and the new rows are deleted, the table reads as before; written again, the
@@ -314,8 +338,7 @@ def test_a_merge_on_read_batch_that_fails_to_commit_leaves_nothing_and_replays_o
     vectors (every file of this small table deletes more than 5 % of its rows)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _dv_table(spark, uri, rows=600, files=2)
-    before = {r["id"]: r for r in _every_reader(spark, uri)}
+    before = dv_table(uri, rows=600, files=2)
     changes = [(0, "0", 1.5, "U"), (1, "1", 0.0, "D"), (700, "1", 7.0, "I")]
 
     def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
