@@ -1,12 +1,13 @@
 """The change data feed of the sink's commits, judged by delta-spark.
 
-delta-spark creates two identical tables with ``delta.enableChangeDataFeed=true`` (partitioned
-by ``day`` or not): the sink writes into one (upsert, overwrite, ``replace_where``, complete
-mode, append, compaction), delta-spark makes the same change to the other with its own MERGE /
-replaceWhere / overwrite. delta-spark's ``readChangeFeed`` of both must be the same rows with
-the same ``_change_type`` and ``_commit_version``, and equal the exact set written out here;
-both tables must read back the same rows; delta-spark then keeps writing to both (its own
-MERGE) and the feeds stay equal. A killed and replayed stream writes each change once.
+delta-spark creates a table with ``delta.enableChangeDataFeed=true`` (partitioned by ``day`` or
+not), copied into two identical tables for each test: the sink writes into one (upsert,
+overwrite, ``replace_where``, complete mode, append, compaction), delta-spark makes the same
+change to the other with its own MERGE / replaceWhere / overwrite. delta-spark's
+``readChangeFeed`` of both must be the same rows with the same ``_change_type`` and
+``_commit_version``, and equal the exact set written out here; both tables must read back the
+same rows; delta-spark then keeps writing to both (its own MERGE) and the feeds stay equal. A
+killed and replayed stream writes each change once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,22 +38,41 @@ CHANGES = "id BIGINT, name STRING, day STRING, ts BIGINT, op STRING"
 INITIAL = [(i, f"n{i}", f"d{i % 2}", 1) for i in range(1, 9)]
 
 
-def _create_twins(spark, tmp_path: Path, partitioned: bool) -> tuple[str, str]:
-    """Two delta-spark tables with the change data feed on, each holding ``INITIAL`` (version
-    1): the sink writes the first, delta-spark the second."""
-    uris = []
-    for name in ("ours", "theirs"):
-        uri = str(tmp_path / name)
-        clause = "PARTITIONED BY (day)" if partitioned else ""
-        spark.sql(
-            f"CREATE TABLE delta.`{uri}` ({COLUMNS}) USING delta {clause} "
-            "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-        )
-        spark.createDataFrame(INITIAL, COLUMNS).repartition(2).write.format("delta").mode(
-            "append"
-        ).save(uri)
-        uris.append(uri)
-    return uris[0], uris[1]
+@pytest.fixture(scope="module")
+def initial_table(delta_spark, tmp_path_factory) -> Callable[[bool], Path]:
+    """The table delta-spark creates with the change data feed on (partitioned by ``day`` or
+    not) holding ``INITIAL`` (version 1), made once per layout for the module: tests write to
+    copies of it, which cost milliseconds where making one costs two Spark commits (a local
+    table's log names its files relative to its root, so a copy is the same table)."""
+    made: dict[bool, Path] = {}
+
+    def table(partitioned: bool) -> Path:
+        if partitioned not in made:
+            uri = str(tmp_path_factory.mktemp("initial") / "t")
+            clause = "PARTITIONED BY (day)" if partitioned else ""
+            delta_spark.sql(
+                f"CREATE TABLE delta.`{uri}` ({COLUMNS}) USING delta {clause} "
+                "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+            )
+            initial = delta_spark.createDataFrame(INITIAL, COLUMNS).repartition(2)
+            initial.write.format("delta").mode("append").save(uri)
+            made[partitioned] = Path(uri)
+        return made[partitioned]
+
+    return table
+
+
+@pytest.fixture
+def create_twins(initial_table, tmp_path) -> Callable[[bool], tuple[str, str]]:
+    """Two identical tables holding ``INITIAL`` (copies of :func:`initial_table`): the sink
+    writes the first, delta-spark the second."""
+
+    def twins(partitioned: bool) -> tuple[str, str]:
+        for name in ("ours", "theirs"):
+            shutil.copytree(initial_table(partitioned), tmp_path / name)
+        return str(tmp_path / "ours"), str(tmp_path / "theirs")
+
+    return twins
 
 
 def _feed(spark, uri: str, start: int = 1) -> list[tuple]:
@@ -64,6 +86,11 @@ def _feed(spark, uri: str, start: int = 1) -> list[tuple]:
     )
     rows = df.select("_commit_version", "_change_type", "id", "name", "day", "ts").collect()
     return sorted((tuple(r) for r in rows), key=repr)
+
+
+def _since(feed: list[tuple], version: int) -> list[tuple]:
+    """The part of a :func:`_feed` from ``version`` on: one read of the feed serves both."""
+    return [change for change in feed if change[0] >= version]
 
 
 def _rows(spark, uri: str) -> list[dict]:
@@ -173,19 +200,20 @@ UPSERT_FEED = [
     ids=["auto-by_day", "spark-flat"],
 )
 def test_an_upsert_writes_the_feed_delta_spark_merge_writes(
-    delta_spark, tmp_path, partitioned, staging
+    delta_spark, create_twins, partitioned, staging
 ) -> None:
     """Updates (one changing nothing but its sequence, one changing nothing at all), a key-only
     delete, a move between partitions, an insert; a stale update, a delete of equal sequence
     and a delete of an absent key change nothing. Then delta-spark MERGEs into both tables."""
     spark = delta_spark
-    ours, theirs = _create_twins(spark, tmp_path, partitioned)
+    ours, theirs = create_twins(partitioned)
     result = _upsert_sink(ours, staging).write(spark.createDataFrame(UPSERT_BATCH, CHANGES))
     assert result.version == 2
     _merge(spark, theirs, UPSERT_BATCH)
     initial = [(1, "insert", *row) for row in INITIAL]
-    assert _feed(spark, ours) == sorted(initial + UPSERT_FEED, key=repr)
-    assert _feed(spark, ours) == _feed(spark, theirs)
+    feed = _feed(spark, ours)
+    assert feed == sorted(initial + UPSERT_FEED, key=repr)
+    assert feed == _feed(spark, theirs)
     assert _delta_rs_feed(ours, 2) == sorted(UPSERT_FEED, key=repr)
     assert _rows(spark, ours) == _rows(spark, theirs)
     _assert_change_files_committed(ours, 2, partitioned)
@@ -193,21 +221,22 @@ def test_an_upsert_writes_the_feed_delta_spark_merge_writes(
     later = [(1, "n1-later", "d0", 7, "U"), (8, None, None, 7, "D"), (30, "n30", "d1", 7, "I")]
     for uri in (ours, theirs):
         _merge(spark, uri, later)
-    assert _feed(spark, ours, 3) == [
+    feed = _feed(spark, ours)
+    assert _since(feed, 3) == [
         (3, "delete", 8, "n8", "d0", 1),
         (3, "insert", 30, "n30", "d1", 7),
         (3, "update_postimage", 1, "n1-later", "d0", 7),
         (3, "update_preimage", 1, "n1-new", "d1", 2),
     ]
-    assert _feed(spark, ours) == _feed(spark, theirs)
+    assert feed == _feed(spark, theirs)
     assert _rows(spark, ours) == _rows(spark, theirs)
 
 
 @pytest.mark.parametrize("staging", ["auto", "spark"])
-def test_an_insert_only_upsert_writes_no_change_files(delta_spark, tmp_path, staging) -> None:
+def test_an_insert_only_upsert_writes_no_change_files(delta_spark, create_twins, staging) -> None:
     """No row replaced: the adds are the change data (as delta-spark's insert-only MERGE)."""
     spark = delta_spark
-    ours, _ = _create_twins(spark, tmp_path, partitioned=True)
+    ours, _ = create_twins(partitioned=True)
     batch = [(40, "n40", "d0", 1, "I"), (41, None, None, 1, "D")]
     _upsert_sink(ours, staging).write(spark.createDataFrame(batch, CHANGES))
     assert not [a for a in _log_actions(ours, 2) if "cdc" in a]
@@ -250,21 +279,22 @@ LATER = [(1, "n1-later", "d0", 7, "U"), (8, None, None, 7, "D"), (300, "n300", "
     ],
 )
 def test_replace_where_on_data_columns_writes_deletes_and_inserts(
-    delta_spark, tmp_path, partitioned, staging, predicate
+    delta_spark, create_twins, partitioned, staging, predicate
 ) -> None:
     """The rows replaced are ``delete`` rows, the rows written ``insert`` rows, in change
     files, as delta-spark's replaceWhere writes them; rows merely copied are no change."""
     spark = delta_spark
     replace_where, matches = PREDICATES[predicate]
-    ours, theirs = _create_twins(spark, tmp_path, partitioned)
+    ours, theirs = create_twins(partitioned)
     rows = [r for r in REPLACEMENT if matches(r)]
     df = spark.createDataFrame(rows, COLUMNS)
     _overwrite(ours, df, staging, replace_where)
     df.write.format("delta").mode("overwrite").option("replaceWhere", replace_where).save(theirs)
     replaced = [r for r in INITIAL if matches(r)]
     expected = [(2, "delete", *r) for r in replaced] + [(2, "insert", *r) for r in rows]
-    assert _feed(spark, ours, 2) == sorted(expected, key=repr)
-    assert _feed(spark, ours) == _feed(spark, theirs)
+    feed = _feed(spark, ours)
+    assert _since(feed, 2) == sorted(expected, key=repr)
+    assert feed == _feed(spark, theirs)
     assert _delta_rs_feed(ours, 2) == sorted(expected, key=repr)
     assert _rows(spark, ours) == _rows(spark, theirs)
     _assert_change_files_committed(ours, 2, partitioned)
@@ -293,13 +323,13 @@ def test_replace_where_on_data_columns_writes_deletes_and_inserts(
     ],
 )
 def test_overwrites_of_whole_files_need_no_change_files(
-    delta_spark, tmp_path, partitioned, staging, replace_where
+    delta_spark, create_twins, partitioned, staging, replace_where
 ) -> None:
     """A full overwrite and a replace_where on the partition column remove whole files: the
     feed's deletes come from the removes, its inserts from the adds, as for delta-spark's own
     overwrite (which writes no change files either)."""
     spark = delta_spark
-    ours, theirs = _create_twins(spark, tmp_path, partitioned)
+    ours, theirs = create_twins(partitioned)
     rows = [r for r in REPLACEMENT if replace_where is None or r[2] == "d0"]
     df = spark.createDataFrame(rows, COLUMNS)
     _overwrite(ours, df, staging, replace_where)
@@ -311,8 +341,9 @@ def test_overwrites_of_whole_files_need_no_change_files(
     assert not [a for a in _log_actions(theirs, 2) if "cdc" in a]
     replaced = [r for r in INITIAL if replace_where is None or r[2] == "d0"]
     expected = [(2, "delete", *r) for r in replaced] + [(2, "insert", *r) for r in rows]
-    assert _feed(spark, ours, 2) == sorted(expected, key=repr)
-    assert _feed(spark, ours) == _feed(spark, theirs)
+    feed = _feed(spark, ours)
+    assert _since(feed, 2) == sorted(expected, key=repr)
+    assert feed == _feed(spark, theirs)
     assert _rows(spark, ours) == _rows(spark, theirs)
 
 
@@ -362,10 +393,10 @@ def test_complete_mode_replaces_the_rows_in_the_feed(delta_spark, tmp_path) -> N
 
 @pytest.mark.parametrize("staging", ["spark", "arrow"])
 def test_appends_show_as_inserts_and_compaction_shows_nothing(
-    delta_spark, tmp_path, staging
+    delta_spark, create_twins, staging
 ) -> None:
     spark = delta_spark
-    ours, _ = _create_twins(spark, tmp_path, partitioned=True)
+    ours, _ = create_twins(partitioned=True)
     for i, rows in enumerate(([(50, "n50", "d0", 1)], [(51, "n51", "d0", 1)])):
         sink = TwoPhaseSink(DeltaSink(ours, app_id="app", staging=staging))
         assert sink.write(spark.createDataFrame(rows, COLUMNS)).version == 2 + i
@@ -387,7 +418,9 @@ STREAM_BATCHES = [
 ]
 
 
-def test_a_killed_and_replayed_stream_writes_each_change_once(delta_spark, tmp_path) -> None:
+def test_a_killed_and_replayed_stream_writes_each_change_once(
+    delta_spark, create_twins, tmp_path
+) -> None:
     """Batches 0 and 1 run here; the checkpoint then forgets that batch 1 finished. The stream
     restarts as its own process: batch 1 is a replay (skipped: no second set of changes), and
     the process is SIGKILLed after staging batch 2 (change files included), before its commit.
@@ -395,7 +428,7 @@ def test_a_killed_and_replayed_stream_writes_each_change_once(delta_spark, tmp_p
     once, as delta-spark's MERGE of the same batches gives it, and no change file of the
     killed attempt is left."""
     spark = delta_spark
-    table, theirs = _create_twins(spark, tmp_path, partitioned=True)
+    table, theirs = create_twins(partitioned=True)
     source, checkpoint = tmp_path / "changes", tmp_path / "chk"
     killed = run_then_kill_a_replay(spark, source, table, checkpoint, STREAM_BATCHES)
     assert killed.first_batches == [(0, "committed"), (1, "committed")]
@@ -409,9 +442,10 @@ def test_a_killed_and_replayed_stream_writes_each_change_once(delta_spark, tmp_p
     assert [(b.batch_id, b.status) for b in restarted.batches] == [(2, "committed")]
     for changes in STREAM_BATCHES:
         _merge(spark, theirs, changes)
-    assert _feed(spark, table) == _feed(spark, theirs)
+    feed = _feed(spark, table)
+    assert feed == _feed(spark, theirs)
     assert _rows(spark, table) == _rows(spark, theirs)
-    assert _feed(spark, table, 2) == [
+    assert _since(feed, 2) == [
         (2, "delete", 3, "n3", "d1", 1),
         (2, "insert", 9, "v9", "d0", 2),
         (2, "update_postimage", 1, "v1b", "d1", 2),
@@ -432,12 +466,12 @@ def test_a_killed_and_replayed_stream_writes_each_change_once(delta_spark, tmp_p
 
 
 def test_vacuum_keeps_change_files_within_the_retention_and_deletes_expired_ones(
-    delta_spark, tmp_path
+    delta_spark, create_twins
 ) -> None:
     """As delta-spark's VACUUM: change files are kept while younger than the retention (the
     feed of the versions within it stays readable) and deleted by their age after it."""
     spark = delta_spark
-    ours, _ = _create_twins(spark, tmp_path, partitioned=True)
+    ours, _ = create_twins(partitioned=True)
     _upsert_sink(ours, "auto").write(spark.createDataFrame(UPSERT_BATCH, CHANGES))
     changes = sorted((Path(ours) / "_change_data").rglob("*.parquet"))
     assert changes
