@@ -13,7 +13,7 @@ from committers.delta import DeltaSink
 from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars, local_jar_configs
 from committers.tests._spark_helpers import TEST_JVM_OPTIONS
 from committers.tests._streaming_driver import STAGING_VARIABLE
-from integration_tests._containers import servers_report
+from integration_tests._containers import remove_orphaned_containers, servers_report
 from integration_tests._s3server import S3Server, s3_server
 
 _S3_SERVERS_USED: list[str] = []
@@ -135,8 +135,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    """Which servers run in containers and which as local processes (``make images``)."""
-    return servers_report()
+    """Which servers run in containers and which as local processes (``make images``); the
+    containers an earlier, killed run left are removed first."""
+    removed = remove_orphaned_containers()
+    left = f" ({removed} containers of a killed earlier run removed)" if removed else ""
+    return servers_report() + left
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

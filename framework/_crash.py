@@ -121,4 +121,7 @@ def _signal_process_groups(signal_number: int) -> None:
     driver_group = os.environ.get(DRIVER_GROUP_VARIABLE)
     if driver_group and int(driver_group) != os.getpgid(0):
         os.killpg(int(driver_group), signal_number)  # from a Spark worker: the driver first
-    os.killpg(os.getpgid(0), signal_number)
+    try:
+        os.killpg(os.getpgid(0), signal_number)
+    except ProcessLookupError:  # the group's leader is outside this PID namespace (a container)
+        os.kill(os.getpid(), signal_number)

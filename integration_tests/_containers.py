@@ -3,9 +3,11 @@
 
 :func:`image` says whether an image can be used (an engine answers and the image is built for
 the current inputs); where it cannot, the callers run the same server as a local process and
-:func:`servers_report` says which ran. Containers carry the label ``sparksink.test`` and are
-removed when their context exits (Ryuk, testcontainers' reaper, is off: its image comes from
-Docker Hub).
+:func:`servers_report` says which ran. Containers carry the label ``sparksink.test`` with the
+process that started them, and are removed when their context exits; those of a process that
+died first (a test run killed) are removed by :func:`remove_orphaned_containers`, which the
+test session runs at its start. (Ryuk, testcontainers' own reaper, is off: its image comes from
+Docker Hub.)
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 from committers.tests._jars import tool
 
-__all__ = ["ContainerBroker", "container", "image", "new_container", "servers_report"]
+__all__ = [
+    "ContainerBroker",
+    "container",
+    "image",
+    "new_container",
+    "remove_orphaned_containers",
+    "servers_report",
+]
 
 LABEL = "sparksink.test"
 # SINK_TEST_CONTAINERS=0 runs every server as a local process even where images exist.
@@ -75,7 +84,7 @@ def new_container(
     tag = image(name)
     if tag is None:
         raise RuntimeError(f"no {name} image: run `make images` (needs a Docker engine)")
-    made = DockerContainer(tag).with_kwargs(labels={LABEL: "1"}, **docker_run)
+    made = DockerContainer(tag).with_kwargs(labels={LABEL: str(os.getpid())}, **docker_run)
     if command is not None:
         made = made.with_command(command)
     made = made.with_envs(**(env or {}))
@@ -99,6 +108,29 @@ def container(name: str, **settings: Any) -> Iterator[Any]:
     finally:
         with contextlib.suppress(Exception):
             started.stop()
+
+
+def remove_orphaned_containers() -> int:
+    """Removes the test containers whose starting process is gone; returns how many."""
+    containers = tool("containers")
+    if not containers.engine_answers():
+        return 0
+    listed = containers._docker(
+        "ps",
+        "-a",
+        "--filter",
+        f"label={LABEL}",
+        "--format",
+        f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}',
+    )
+    orphans = []
+    for line in listed.stdout.splitlines():
+        container_id, _, pid = line.partition(" ")
+        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+            orphans.append(container_id)
+    if orphans:
+        containers._docker("rm", "-f", *orphans)
+    return len(orphans)
 
 
 class ContainerBroker:
