@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 @pytest.mark.usefixtures("each_staging")  # Spark's writer through s3a, and the Python writers
 def test_bounded_write(spark, table: S3Table, caplog: pytest.LogCaptureFixture) -> None:
     df = spark.range(0, 3000, numPartitions=3).selectExpr("id", "cast(id % 3 as string) as day")

@@ -81,6 +81,7 @@ def _wait_for(condition, seconds: float = WAIT_SECONDS) -> bool:  # type: ignore
     return False
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_a_broker_killed_and_restarted_under_a_running_stream_loses_and_doubles_nothing(
     spark, tmp_path
 ):

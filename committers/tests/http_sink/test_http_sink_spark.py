@@ -66,6 +66,7 @@ def test_a_bounded_job_delivers_every_row_while_the_destination_throttles_and_fa
     assert f"num_throttled_requests={stats.rejected_requests}" in metrics.log_line()
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_a_streaming_query_delivers_every_micro_batch_before_spark_records_it(spark, tmp_path):
     source = tmp_path / "source"
     for index in range(3):

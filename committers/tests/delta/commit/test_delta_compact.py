@@ -234,6 +234,7 @@ def test_partition_filter_compacts_only_the_chosen_partitions(spark, tmp_path):
     assert _rows(uri) == before
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_unpartitioned_table(spark, tmp_path, staging):
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=4, partition_by=())

@@ -164,6 +164,7 @@ CDC_BATCHES = [
 ]
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_a_cdc_stream_replayed_and_killed_before_a_commit_ends_exact(spark, tmp_path) -> None:
     """Batches 0 and 1 run here; the checkpoint then forgets that batch 1 finished. The stream
     restarts as its own process: batch 1 is a replay (skipped), and the process is SIGKILLed

@@ -57,6 +57,7 @@ def _age(path: Path, seconds: float) -> None:
 # -- after a compaction, through Spark ------------------------------------------------------
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 @pytest.mark.spark
 @pytest.mark.parametrize(
     ("staging", "column"),

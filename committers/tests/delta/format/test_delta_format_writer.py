@@ -108,6 +108,7 @@ def test_txn_app_id_and_version_make_a_rerun_a_no_op(spark, tmp_path):
     assert staging_leftovers(uri) == []  # (the overwritten files stay until a vacuum)
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 @pytest.mark.spark
 def test_overwrite_with_replace_where_replaces_only_its_partitions(spark, tmp_path):
     register(spark)

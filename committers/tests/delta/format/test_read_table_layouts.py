@@ -134,6 +134,7 @@ def test_sink_appends_to_a_table_delta_rs_made_with_escaped_values(spark, tmp_pa
     assert nulls and _ids(df, "p IS NULL AND n IS NULL") == nulls
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_upserts_overwrites_and_compaction_keep_every_partition_value(spark, tmp_path):
     """One table through every kind of write the sink makes, read back after each."""
     uri = str(tmp_path / "lifecycle")

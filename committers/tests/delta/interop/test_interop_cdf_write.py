@@ -347,6 +347,7 @@ def test_overwrites_of_whole_files_need_no_change_files(
     assert _rows(spark, ours) == _rows(spark, theirs)
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_complete_mode_replaces_the_rows_in_the_feed(delta_spark, tmp_path) -> None:
     """Each batch of a complete-mode stream removes the table's files and adds the new result:
     the feed shows the old result deleted and the new one inserted, batch by batch."""

@@ -165,6 +165,7 @@ def _assert_every_reader(spark, uri: str, where: str | None = None, version=None
     return expected
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_partitioned_table_read_by_every_reader(delta_spark, tables):
     spark, uri, ids = delta_spark, tables["partitioned"], tables["partitioned_ids"]
     latest = _assert_every_reader(spark, uri)

@@ -76,6 +76,7 @@ def _run_driver(command: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_driver_killed_between_staging_and_commit(tmp_path):
     src, table, chk = make_source(tmp_path, 3), str(tmp_path / "table"), str(tmp_path / "chk")
     command = [sys.executable, "-m", "committers.tests._streaming_driver", str(src), table, chk]

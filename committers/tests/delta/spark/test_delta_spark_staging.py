@@ -188,6 +188,7 @@ def _schema(df):
     return _arrow_schema(df)
 
 
+@pytest.mark.smoke  # make check: the end-to-end test of its feature
 def test_both_strategies_write_tables_that_read_identically(spark, tmp_path):
     df = spark.sql(
         """SELECT id, CAST(id AS DOUBLE) / 7 AS f, IF(id = 3, CAST('NaN' AS DOUBLE), 1.0) AS g,
