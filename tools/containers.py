@@ -91,12 +91,12 @@ def ensure_engine(log: Callable[[str], None] = print) -> str | None:
         if shutil.which("apt-get") is None:
             return "no Docker engine answers and there is no apt-get to install docker.io with"
         log("installing Debian's docker.io (the Docker engine) and debootstrap")
-        installed = subprocess.run(
-            ["apt-get", "install", "-y", "-q", "docker.io", "debootstrap"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-        )
+        apt_env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-q", "docker.io", "debootstrap"]
+        installed = subprocess.run(install, capture_output=True, text=True, env=apt_env)
+        if installed.returncode != 0:  # package lists missing or stale: fetch them once
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=apt_env)
+            installed = subprocess.run(install, capture_output=True, text=True, env=apt_env)
         if installed.returncode != 0:
             return f"apt-get install docker.io failed: {installed.stderr.strip()[-500:]}"
     log_file = _cache_root() / "dockerd.log"
@@ -150,9 +150,11 @@ def _inputs(name: str) -> list[str] | None:
     """What an image is made of, as strings whose digest tags it; None when an input is missing."""
     if name == "debian":
         return [DEBIAN_SUITE, DEBIAN_MIRROR, *DEBIAN_PACKAGES]
-    recipe = sorted(  # the Dockerfile's directory, and this file, which fills the context
-        f"{path.relative_to(ROOT)}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
-        for path in [Path(__file__), *(DOCKER_DIR / name).rglob("*")]
+    # The Dockerfile's directory, and this file, which fills the build context.
+    recipe = [f"containers.py:{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}"]
+    recipe += sorted(
+        f"{path.relative_to(DOCKER_DIR)}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+        for path in (DOCKER_DIR / name).rglob("*")
         if path.is_file()
     )
     base = image_tag("debian")
