@@ -123,5 +123,7 @@ def _signal_process_groups(signal_number: int) -> None:
         os.killpg(int(driver_group), signal_number)  # from a Spark worker: the driver first
     try:
         os.killpg(os.getpgid(0), signal_number)
-    except ProcessLookupError:  # the group's leader is outside this PID namespace (a container)
+    except OSError:  # the group's leader is outside this PID namespace (a container's init)
         os.kill(os.getpid(), signal_number)
+    if signal_number == signal.SIGKILL:  # reached only where the group did not hold this process
+        os.kill(os.getpid(), signal.SIGKILL)

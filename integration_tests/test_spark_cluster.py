@@ -171,11 +171,11 @@ def _wait_for_batch(table: S3Table, driver: Any, batch: int, timeout: float = 30
 def test_a_driver_killed_at_commit_steps_and_restarted_lands_each_row_once(
     cluster: SparkCluster, job: tuple[S3Table, list[str]], tmp_path: Path, staging: str
 ) -> None:
-    """A short campaign: the driver is killed before its first commit and inside the log
-    write of the second (``SPARKSINK_CRASH_AT``), each time started again from its checkpoint
-    on the same disk, then left to finish."""
+    """A short campaign: the driver is killed before its first commit and right after the log
+    entry of the second landed (``SPARKSINK_CRASH_AT``), each time started again from its
+    checkpoint on the same disk, then left to finish."""
     table, arguments = job
-    for crash_at in ("before_commit@0", "commit_write@1", None):
+    for crash_at in ("before_commit@0", "commit_written@1", None):
         env = {"SPARKSINK_CRASH_AT": crash_at} if crash_at else {}
         run = cluster.run_driver([*arguments, staging], tmp_path, env)
         if crash_at is None:

@@ -142,8 +142,9 @@ def _spark_inputs() -> tuple[Path, list[Path]] | None:
 
 
 def _file_digest(path: Path) -> str:
-    stat = path.stat()  # size and modification time stand in for the bytes of big inputs
-    return f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}"
+    # Name and size stand in for the bytes of big, versioned inputs; not the path or the time,
+    # so that every checkout and virtualenv of the same versions shares one image.
+    return f"{path.name}:{path.stat().st_size}"
 
 
 def _inputs(name: str) -> list[str] | None:
@@ -163,13 +164,16 @@ def _inputs(name: str) -> list[str] | None:
         return None if weed is None else [*recipe, _file_digest(weed)]
     if name == "kafka":
         broker = _broker_jars()
-        return None if broker is None or base is None else [*recipe, base, str(broker)]
+        return None if broker is None or base is None else [*recipe, base, broker.name]
     if name == "spark":
         spark = _spark_inputs()
         if spark is None or base is None:
             return None
-        pyspark, jar_files = spark
-        return [*recipe, base, str(pyspark), *(_file_digest(jar) for jar in jar_files)]
+        _, jar_files = spark
+        from importlib.metadata import version
+
+        jars = (_file_digest(jar) for jar in jar_files)
+        return [*recipe, base, f"pyspark {version('pyspark')}", *jars]
     raise ValueError(f"unknown image {name!r}; the images are {', '.join(IMAGES)}")
 
 
