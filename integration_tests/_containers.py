@@ -28,6 +28,7 @@ from committers.tests._jars import tool
 __all__ = [
     "ContainerBroker",
     "container",
+    "freeze",
     "image",
     "new_container",
     "remove_orphaned_containers",
@@ -108,6 +109,30 @@ def container(name: str, **settings: Any) -> Iterator[Any]:
     finally:
         with contextlib.suppress(Exception):
             started.stop()
+
+
+def freeze(wrapped: Any, timeout: float = 60.0) -> None:
+    """Pauses the docker-py container ``wrapped`` (``docker pause``: every process in it
+    stopped by the cgroup freezer, its sockets still open), retried until it takes.
+
+    runc gives a cgroup v1 freezer well under a second to settle and then fails with "unable
+    to freeze" and thaws again; a JVM with many threads on a loaded machine can take longer.
+    Each failed attempt leaves the container running, so retrying is safe.
+
+    Raises:
+        docker.errors.APIError: the container could not be frozen within ``timeout`` seconds.
+    """
+    from docker.errors import APIError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            wrapped.pause()
+            return
+        except APIError as error:
+            if "unable to freeze" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def remove_orphaned_containers() -> int:

@@ -25,7 +25,7 @@ import pytest
 from committers.delta import DeltaSink
 from committers.delta.commit import _log_commits
 from framework import TwoPhaseSink
-from integration_tests._containers import image
+from integration_tests._containers import freeze, image
 from integration_tests._s3helpers import S3Table, assert_no_duplicates
 from integration_tests._s3server import S3Server, seaweedfs_on_network
 
@@ -52,7 +52,7 @@ def isolated_server() -> Iterator[tuple[S3Server, Any, Any]]:
 
 
 def _freeze(container: Any, network: Any) -> Callable[[], None]:
-    container.get_wrapped_container().pause()
+    freeze(container.get_wrapped_container())
     return container.get_wrapped_container().unpause
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from committers.tests._packaging import build_wheel, pack_executor_env
-from integration_tests._containers import image
+from integration_tests._containers import freeze, image
 from integration_tests._s3helpers import S3Table
 from integration_tests._spark_cluster import SparkCluster, spark_cluster, unpack
 
@@ -137,7 +137,7 @@ def test_a_frozen_worker_host_that_returns_as_a_zombie_adds_nothing(
     try:
         host = _note_of_the_stalled_attempt(table, driver)
         frozen = cluster.worker(host)
-        frozen.pause()
+        freeze(frozen)
         _wait_for_batch(table, driver, 0)
         frozen.unpause()
         exit_code = driver.get_wrapped_container().wait(timeout=600)["StatusCode"]
