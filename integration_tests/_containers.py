@@ -140,7 +140,7 @@ def remove_orphaned_containers() -> int:
     containers = tool("containers")
     if not containers.engine_answers():
         return 0
-    listed = containers._docker(
+    listed = containers.docker(
         "ps",
         "-a",
         "--filter",
@@ -154,7 +154,7 @@ def remove_orphaned_containers() -> int:
         if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
             orphans.append(container_id)
     if orphans:
-        containers._docker("rm", "-f", *orphans)
+        containers.docker("rm", "-f", *orphans)
     return len(orphans)
 
 

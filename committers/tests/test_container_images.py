@@ -21,7 +21,7 @@ def containers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore
     weed = tmp_path / "weed"
     weed.write_bytes(b"a static binary")
     monkeypatch.setattr(module, "DOCKER_DIR", docker)
-    monkeypatch.setattr(module, "_weed_binary", lambda: weed)
+    monkeypatch.setattr(module, "weed_binary", lambda: weed)
     return module, docker, weed
 
 
@@ -43,7 +43,7 @@ def test_a_tag_names_the_image_and_changes_with_each_input(containers) -> None: 
 
 def test_an_image_without_its_inputs_has_no_tag(containers, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     module, _, _ = containers
-    monkeypatch.setattr(module, "_weed_binary", lambda: None)
+    monkeypatch.setattr(module, "weed_binary", lambda: None)
     assert module.image_tag("seaweedfs") is None
     with pytest.raises(ValueError, match="unknown image"):
         module.image_tag("postgres")
