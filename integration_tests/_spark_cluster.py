@@ -120,16 +120,31 @@ class SparkCluster:
             aliases=("driver",),
         ).start()
 
+    @contextlib.contextmanager
+    def driver(
+        self, job_args: list[str], state: Path, env: dict[str, str] | None = None
+    ) -> Iterator[Any]:
+        """A started driver container (see :meth:`start_driver`), removed on exit; the test
+        acts on the cluster while it runs and ends it with :func:`finished`."""
+        started = self.start_driver(job_args, state, env or {})
+        try:
+            yield started
+        finally:
+            started.stop()
+
     def run_driver(
         self, job_args: list[str], state: Path, env: dict[str, str] | None = None
     ) -> DriverRun:
         """Runs the job to its end (at most 10 minutes) and removes the driver's container."""
-        driver = self.start_driver(job_args, state, env or {})
-        try:
-            code = driver.get_wrapped_container().wait(timeout=600)["StatusCode"]
-            return DriverRun(code, driver.get_wrapped_container().logs().decode(errors="replace"))
-        finally:
-            driver.stop()
+        with self.driver(job_args, state, env) as started:
+            return finished(started)
+
+
+def finished(driver: Any, timeout: float = 600.0) -> DriverRun:
+    """The driver's exit code and output once it has ended (waiting at most ``timeout`` s)."""
+    wrapped = driver.get_wrapped_container()
+    code = wrapped.wait(timeout=timeout)["StatusCode"]
+    return DriverRun(code, wrapped.logs().decode(errors="replace"))
 
 
 def _wait_for_log(wrapped: Any, line: bytes, count: int, timeout: float) -> None:

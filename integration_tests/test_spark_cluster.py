@@ -24,7 +24,7 @@ import pytest
 from committers.tests._packaging import build_wheel, pack_executor_env
 from integration_tests._containers import freeze, image
 from integration_tests._s3helpers import S3Table
-from integration_tests._spark_cluster import SparkCluster, spark_cluster, unpack
+from integration_tests._spark_cluster import SparkCluster, finished, spark_cluster, unpack
 
 pytestmark = [
     pytest.mark.integration,
@@ -107,18 +107,13 @@ def test_a_worker_host_lost_mid_stage_leaves_the_table_exact(
     killed with its executor, its Python workers and its half-written staging; Spark runs the
     partition again on the other host."""
     table, arguments = job
-    driver = cluster.start_driver(
-        [*arguments, "arrow", f"s3://{table.bucket}/stalled-attempt"], tmp_path, {}
-    )
-    try:
+    stall = f"s3://{table.bucket}/stalled-attempt"
+    with cluster.driver([*arguments, "arrow", stall], tmp_path) as driver:
         host = _note_of_the_stalled_attempt(table, driver)
         cluster.worker(host).kill()
-        exit_code = driver.get_wrapped_container().wait(timeout=600)["StatusCode"]
-        output = driver.get_wrapped_container().logs().decode(errors="replace")
-    finally:
-        driver.stop()
-    assert exit_code == 0, output[-5000:]
-    assert f"ROWS {FILES * ROWS_PER_FILE}" in output
+        run = finished(driver)
+    assert run.exit_code == 0, run.output[-5000:]
+    assert f"ROWS {FILES * ROWS_PER_FILE}" in run.output
     _assert_exact(table)
     table.assert_no_orphans()
 
@@ -131,20 +126,15 @@ def test_a_frozen_worker_host_that_returns_as_a_zombie_adds_nothing(
     partition elsewhere and committed the batch; thawed while the stream goes on, the zombie
     attempt wakes up and carries on. Nothing it writes enters the table."""
     table, arguments = job
-    driver = cluster.start_driver(
-        [*arguments, "spark", f"s3://{table.bucket}/stalled-attempt"], tmp_path, {}
-    )
-    try:
+    stall = f"s3://{table.bucket}/stalled-attempt"
+    with cluster.driver([*arguments, "spark", stall], tmp_path) as driver:
         host = _note_of_the_stalled_attempt(table, driver)
         frozen = cluster.worker(host)
         freeze(frozen)
         _wait_for_batch(table, driver, 0)
         frozen.unpause()
-        exit_code = driver.get_wrapped_container().wait(timeout=600)["StatusCode"]
-        output = driver.get_wrapped_container().logs().decode(errors="replace")
-    finally:
-        driver.stop()
-    assert exit_code == 0, output[-5000:]
+        run = finished(driver)
+    assert run.exit_code == 0, run.output[-5000:]
     committed = table.committed_keys()
     time.sleep(10)  # anything the zombie still had in hand
     assert table.committed_keys() == committed
