@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from committers.delta.commit._auto_compact import AutoCompactor
 from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
-from committers.delta.commit._log_append import LogStore
+from committers.delta.commit._log_store import LogStore
 from committers.delta.commit._vacuum import vacuum_table
 from committers.delta.spark._s3a import prepare_s3a
 from committers.delta.spark._spark_staging import SparkParquetStager, hadoop_can_write

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from committers.delta.commit._log_append import LogStore
+from committers.delta.commit._log_store import LogStore
 
 
 def race_before_write(monkeypatch: pytest.MonkeyPatch, other_writer: Callable[[], object]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Field, Transaction
 
-from committers.delta.commit._log_append import LogStore
+from committers.delta.commit._log_store import LogStore
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._protocol import check_appends_only, check_replaceable
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where

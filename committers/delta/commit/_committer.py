@@ -38,10 +38,10 @@ from committers.delta.commit._change_data_commit import (
 )
 from committers.delta.commit._log_append import (
     LogAppender,
-    LogStore,
 )
 from committers.delta.commit._log_commits import LogCommits, described, epoch_key
 from committers.delta.commit._log_maintenance import LogMaintenance
+from committers.delta.commit._log_store import LogStore
 from committers.delta.commit._replacement import (
     ReplacementCommits,
     _StaleRewrite,

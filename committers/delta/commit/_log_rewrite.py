@@ -9,7 +9,7 @@ upsert, a replace_where) is committed here instead: the same commit delta-rs wou
 ``create_write_transaction(removes + adds, mode="append")`` (commitInfo, removes, adds, txn;
 :func:`~committers.delta.commit._log_append.commit_lines`), with each remove carrying its
 file's vector, written at exactly the version after the snapshot with put-if-absent
-(:class:`~committers.delta.commit._log_append.LogStore`). A version taken by another writer
+(:class:`~committers.delta.commit._log_store.LogStore`). A version taken by another writer
 raises ``CommitFailedError``, as delta-rs does with ``max_commit_retries=0``, so the caller's
 commit sequence re-checks on a fresh snapshot and tries again.
 """
@@ -24,8 +24,9 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from committers.delta.commit._log_append import LogStore, _json_line, commit_lines
+from committers.delta.commit._log_append import commit_lines
 from committers.delta.commit._log_maintenance import checkpoint_interval
+from committers.delta.commit._log_store import LogStore, json_line
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._protocol import UnsupportedTableFeatureError
@@ -147,7 +148,7 @@ def put_log_commit(
         partition_by=partition_by,
         now_ms=now_ms,
     )
-    data += "".join(_json_line({"cdc": dict(entry)}) for entry in cdc).encode()
+    data += "".join(json_line({"cdc": dict(entry)}) for entry in cdc).encode()
     if not LogStore(location).put_if_absent(f"{version:020d}.json", data):
         raise CommitFailedError(
             f"version {version} of {location.uri} was written by another writer first"

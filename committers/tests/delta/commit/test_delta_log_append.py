@@ -18,13 +18,13 @@ from committers.delta.commit import _log_append
 from committers.delta.commit._log_append import (
     AppendConflict,
     AppendIdentity,
-    LogStore,
     LogView,
     LogViewUnavailable,
     append,
     commit_lines,
     shape_of,
 )
+from committers.delta.commit._log_store import LogStore
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._rules import TableShape
 from committers.tests._log_races import race_before_write

@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from committers.delta import DeltaGlobalCommitter, DeltaSink, UnsupportedTableFeatureError
-from committers.delta.commit._log_append import LogStore
+from committers.delta.commit._log_store import LogStore
 from committers.delta.table._replace_where import FileClassifier, ReplaceWhere
 from committers.delta.table._rules import TableShape
 from committers.tests._delta_helpers import (

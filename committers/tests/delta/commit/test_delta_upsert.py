@@ -471,7 +471,7 @@ def test_deletion_vectors_on_storage_the_log_writer_cannot_commit_to_are_refused
     """The removes of files with deletion vectors are written by the sink's log writer (local
     and S3 only): on other storage (simulated here) the upsert is refused before any work,
     not after staging the batch."""
-    from committers.delta.commit._log_append import LogStore
+    from committers.delta.commit._log_store import LogStore
 
     uri = str(tmp_path / "table")
     DeltaTable.create(

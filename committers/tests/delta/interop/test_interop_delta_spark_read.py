@@ -20,7 +20,7 @@ from deltalake import DeltaTable, Field, QueryBuilder, Schema, write_deltalake
 from deltalake.schema import StructType
 
 from committers.delta import DeltaSink
-from committers.delta.commit._log_append import LogStore
+from committers.delta.commit._log_store import LogStore
 from committers.tests._delta_spark import (
     assert_all_read,
     comparable,
