@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from committers.delta import DeltaSink
-from committers.tests._campaign_kafka import start_broker
+from committers.tests._campaign_kafka import produce, start_broker
 from framework import TwoPhaseSink
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -23,19 +23,8 @@ WAIT_SECONDS = 120
 
 def _produce(bootstrap: str, first: int, count: int) -> set[tuple[int, int]]:
     """Records of ids first..first+count-1; where each landed."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
-    landed: set[tuple[int, int]] = set()
-
-    def delivered(error, message) -> None:  # type: ignore[no-untyped-def]
-        assert error is None, error
-        landed.add((message.partition(), message.offset()))
-
-    for i in range(first, first + count):
-        producer.produce(TOPIC, key=str(i), value=json.dumps({"id": i}), on_delivery=delivered)
-    assert producer.flush(60) == 0
-    return landed
+    records = [(str(i), json.dumps({"id": i})) for i in range(first, first + count)]
+    return produce(bootstrap, TOPIC, records)
 
 
 def _query(spark, bootstrap: str, table: str, checkpoint: str, trigger: dict):  # type: ignore[no-untyped-def]

@@ -53,6 +53,33 @@ def start_broker(directory: Path) -> Any:
     return tool("kafka_broker").LocalBroker(jars, directory, partitions=PARTITIONS).start()
 
 
+def produce(bootstrap: str, topic: str, records: list[tuple[str, str]]) -> set[tuple[int, int]]:
+    """Produces ``records`` (key, value) to ``topic`` idempotently (``acks=all``), in order;
+    returns the (partition, offset) each landed at.
+
+    Raises:
+        RuntimeError: a record was not delivered within 60 s (with the first errors).
+    """
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    landed: set[tuple[int, int]] = set()
+    failures: list[str] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+        else:
+            landed.add((message.partition(), message.offset()))
+
+    for key, value in records:
+        producer.produce(topic, key=key, value=value, on_delivery=delivered)
+    left = producer.flush(60)
+    if failures or left:
+        raise RuntimeError(f"producing to {topic} failed: {failures[:3]}, {left} left")
+    return landed
+
+
 class KafkaSource(_Source):
     """Records of consecutive unique ids in one topic, and where each landed."""
 
@@ -66,26 +93,8 @@ class KafkaSource(_Source):
         return f"{self.bootstrap}/{self.topic}"
 
     def add_file(self) -> None:
-        from confluent_kafka import Producer
-
-        producer = Producer(
-            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all"}
-        )
-        failures: list[str] = []
-
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None:
-                failures.append(str(error))
-            else:
-                self.positions.add((message.partition(), message.offset()))
-
-        for row in self._rows():
-            producer.produce(
-                self.topic, key=str(row["id"]), value=json.dumps(row), on_delivery=delivered
-            )
-        left = producer.flush(60)
-        if failures or left:
-            raise RuntimeError(f"producing to {self.topic} failed: {failures[:3]}, {left} left")
+        records = [(str(row["id"]), json.dumps(row)) for row in self._rows()]
+        self.positions |= produce(self.bootstrap, self.topic, records)
         self.next_id += IDS_PER_FILE
         self.files += 1
 
@@ -108,11 +117,7 @@ class KafkaChangeSource(_ChangeSource):
         return f"{self.bootstrap}/{self.topic}"
 
     def _write(self, rows: list[dict[str, object]]) -> None:
-        from confluent_kafka import Producer
-
-        producer = Producer(
-            {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all"}
-        )
+        records = []
         for row in rows:
             key = {"id": row["id"], "day": row["day"]}
             after = {k: row[k] for k in ("id", "day", "v")}
@@ -125,9 +130,8 @@ class KafkaChangeSource(_ChangeSource):
                     "source": {"seq": row["seq"]},
                 }
             }
-            producer.produce(self.topic, key=json.dumps(key), value=json.dumps(event))
-        if producer.flush(60):
-            raise RuntimeError(f"producing to {self.topic} failed")
+            records.append((json.dumps(key), json.dumps(event)))
+        produce(self.bootstrap, self.topic, records)
 
 
 def kafka_source(kind: str, broker: Any, rng: Any, table: _Target) -> _Source:
