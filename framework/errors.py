@@ -18,7 +18,9 @@
     │   └── UnsafeStorageError         storage does not honour conditional writes
     ├── CommitError                    a commit did not happen
     │   ├── CommitConflictError        lost a race with another writer; safe to retry on a fresh
-    │   │                              snapshot (the framework does so before raising)
+    │   │   │                          snapshot (the framework does so before raising)
+    │   │   └── StaleStagingError      the destination's rules changed after the epoch was staged:
+    │   │                              nothing committed; the framework stages the epoch again
     │   ├── ConcurrentWriterError      another instance of the SAME app id is writing; never retried
     │   ├── EpochRegressionError       an epoch id below the app id's recorded one, never committed:
     │   │                              neither a replay nor committable (Delta's txnVersion rule)
@@ -67,6 +69,7 @@ __all__ = [
     "SchemaMismatchError",
     "SinkError",
     "StagingError",
+    "StaleStagingError",
     "ThrottledError",
     "UnsafeStorageError",
     "UnsupportedTypeError",
@@ -133,6 +136,14 @@ class CommitError(SinkError):
 
 class CommitConflictError(CommitError):
     """Another writer committed first; retrying on a fresh snapshot is safe."""
+
+
+class StaleStagingError(CommitConflictError):
+    """The destination's rules (schema, constraints, features) changed between an epoch's
+    staging and its commit, so its staged output was checked against rules that no longer
+    hold. Nothing was committed. The engine discards the staged output, prepares the sink
+    again (:meth:`~framework.sink.Sink.prepare`) and stages the epoch anew under the current
+    rules; input those rules reject then fails with the rule's own error."""
 
 
 class ConcurrentWriterError(CommitError):

@@ -428,6 +428,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             )
         self._plan = plan
         self._input_schema = schema
+        if self._committer is not None:  # prepared again after a StaleStagingError
+            self._opened = None
+            replace_where = self.replace_where if self.mode == "overwrite" else None
+            self._committer.replan(plan, schema, replace_where)
 
     def _upsert_session(self) -> SparkSession:
         """The classic SparkSession an upsert runs on, once Spark can write the table's storage

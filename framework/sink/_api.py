@@ -241,6 +241,10 @@ class Sink(ABC, Generic[InputT, CommT, GlobalCommT]):
 
         Validates the input against the destination and creates the destination if needed.
         Raises an ``InputError`` or ``DestinationError`` subclass when writing cannot succeed.
+
+        Called again, on the same sink and with the same schema, after its global committer
+        raised :class:`~framework.errors.StaleStagingError`: the sink then plans against the
+        destination as it is now, and its live global committer commits under that plan.
         """
 
     def input_plan(self) -> InputPlan | None:

@@ -32,6 +32,8 @@ class BatchMetrics:
         writer_metrics: the writers' counters summed over the batch's successful task
             attempts, e.g. an async sink's ``num_requests``, ``num_retries``,
             ``num_throttled_requests``, ``num_dead_lettered`` (empty for Delta).
+        restaged: how often the batch was staged again because the destination's rules
+            changed between its staging and its commit (another writer's ALTER TABLE).
     """
 
     batch_id: int
@@ -48,6 +50,7 @@ class BatchMetrics:
     output_mode: str = "append"
     writer_metrics: Mapping[str, int] = field(default_factory=dict)
     upkeep_ms: float = 0.0
+    restaged: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values, e.g. for JSON or a metrics exporter."""
@@ -60,6 +63,8 @@ class BatchMetrics:
         version = "" if self.version is None else f" version={self.version}"
         mode = "" if self.output_mode == "append" else f" output_mode={self.output_mode}"
         counters = "".join(f" {name}={value}" for name, value in self.writer_metrics.items())
+        if self.restaged:
+            counters += f" restaged={self.restaged}"
         return (
             f"batch={self.batch_id} epoch={self.epoch_id} app_id={self.app_id} "
             f"status={self.status} destination={self.destination}{version}{mode} "

@@ -18,6 +18,7 @@ from framework.errors import (
     CommitStateUnknownError,
     ConfigurationError,
     SinkError,
+    StaleStagingError,
     UnsupportedTypeError,
 )
 from framework.sink import Epoch, GlobalCommitter, OutputMode, Sink, deserialize_versioned
@@ -45,6 +46,9 @@ __all__ = ["TwoPhaseSink"]
 log = logging.getLogger("framework.spark")
 install_fallback_handlers()  # WARNINGs visible, INFO one setLevel away, never printed twice
 DERIVED_APP_ID_PREFIX = "query-"  # app ids derived from the streaming query id
+#: How often one epoch is staged again because the destination's rules changed before its
+#: commit (another writer's ALTER TABLE); a table changed that often fails the batch.
+MAX_RESTAGES = 3
 
 OnCheckpointReset = Literal["error", "continue"]
 _BOUNDED_SUFFIX = ":write"
@@ -509,6 +513,22 @@ class TwoPhaseSink:
             counters,
         )
 
+    def _stage_translated(
+        self, df: DataFrame, epoch: Epoch
+    ) -> tuple[list[Any], int, dict[str, int]]:
+        """:meth:`_stage`, with a task's failure raised as the sink's own error once every
+        task of the job has ended (no late file may follow the clean-up)."""
+        group: str | None = None
+        try:
+            with staging_job_group(df) as group:
+                return self._stage(df, epoch)
+        except Exception as err:
+            wait_for_tasks_to_end(df, group)
+            translated = translate_task_error(err)
+            if translated is err:
+                raise
+            raise translated from err  # keeps the worker's traceback attached
+
     def _run_epoch(
         self,
         df: DataFrame,
@@ -517,7 +537,13 @@ class TwoPhaseSink:
         *,
         batch_id: int,
     ) -> BatchMetrics:
-        """Skip a replay, or stage and commit one epoch; clean up in every outcome."""
+        """Skip a replay, or stage and commit one epoch; clean up in every outcome.
+
+        When the global committer finds that the destination's rules changed after staging
+        (:class:`StaleStagingError`: another writer added a column or a constraint), the staged
+        output is discarded, the sink prepared again and the epoch staged anew, at most
+        :data:`MAX_RESTAGES` times; its metrics count the ``restaged`` times. Input the new rules
+        reject fails with the rule's own error, nothing committed."""
         if committer is not None and committer.is_committed(epoch):
             if not epoch.bounded:
                 _run_without_output(df)
@@ -527,17 +553,8 @@ class TwoPhaseSink:
             upkeep = time.perf_counter() - started
             return self._record(batch_id, epoch, "skipped", committer, upkeep_seconds=upkeep)
         started = time.perf_counter()
-        group: str | None = None
         try:
-            try:
-                with staging_job_group(df) as group:
-                    committables, rows, counters = self._stage(df, epoch)
-            except Exception as err:
-                wait_for_tasks_to_end(df, group)  # no late file may follow the clean-up
-                translated = translate_task_error(err)
-                if translated is err:
-                    raise
-                raise translated from err  # keeps the worker's traceback attached
+            committables, rows, counters = self._stage_translated(df, epoch)
             staged = time.perf_counter()
             crash_point("before_commit", epoch.epoch_id)
             if committer is None:
@@ -550,14 +567,27 @@ class TwoPhaseSink:
                     rows=rows,
                     counters=counters,
                 )
-            commit_epoch(
-                self.sink,
-                committer,
-                epoch,
-                committables,
-                attempts=self.commit_attempts,
-                written_rows=rows,
-            )
+            restaged = 0
+            while True:
+                try:
+                    commit_epoch(
+                        self.sink,
+                        committer,
+                        epoch,
+                        committables,
+                        attempts=self.commit_attempts,
+                        written_rows=rows,
+                    )
+                    break
+                except StaleStagingError as stale:
+                    if restaged == MAX_RESTAGES:
+                        raise
+                    restaged += 1
+                    log.warning("%s Staging batch %s again.", stale, epoch.epoch_id)
+                    committer.abort(epoch)  # the stale output; nothing of it was committed
+                    self.sink.prepare(_arrow_schema(df))  # plans against the table as it is
+                    committables, rows, counters = self._stage_translated(df, epoch)
+                    staged = time.perf_counter()
             crash_point("after_commit", epoch.epoch_id)
         except CommitStateUnknownError:
             raise  # leave staged files: the replay of this batch reconciles and cleans up
@@ -584,6 +614,7 @@ class TwoPhaseSink:
             upkeep_seconds=time.perf_counter() - committed,
             rows=rows,
             counters=counters,
+            restaged=restaged,
         )
 
     def _record(
@@ -599,6 +630,7 @@ class TwoPhaseSink:
         upkeep_seconds: float = 0.0,
         rows: int = 0,
         counters: dict[str, int] | None = None,
+        restaged: int = 0,
     ) -> BatchMetrics:
         """Keep, log and hand out the batch's metrics (after its commit or skip, its clean-up
         and the committer's upkeep)."""
@@ -618,6 +650,7 @@ class TwoPhaseSink:
             version=None if committer is None else committer.committed_version(epoch),
             output_mode=epoch.output_mode,
             writer_metrics=counters or {},
+            restaged=restaged,
         )
         self._batches.append(metrics)
         log.info(metrics.log_line())

@@ -28,7 +28,7 @@ from committers.delta.table._table import (
 )
 from committers.delta.write._committable import DeltaCommittable, Rewrite
 from framework.connector import crash_point
-from framework.errors import CommitConflictError
+from framework.errors import StaleStagingError
 from framework.sink import Epoch
 
 __all__ = ["CommitRules"]
@@ -111,12 +111,13 @@ class CommitRules:
 
     def _check_plan(self, shape: TableShape, epoch: Epoch) -> None:
         """Commit only if the table (``shape``, as it is now) still asks for exactly what the
-        rows were staged under: a constraint, feature or schema change since staging fails the
-        batch, nothing committed.
+        rows were staged under: after a constraint, feature or schema change since staging,
+        nothing is committed.
 
         Raises:
-            CommitConflictError: the table's rules changed; a restart re-stages the batch under
-                the new rules (and reports the rows that break them).
+            StaleStagingError: the table's rules changed (another writer's ALTER TABLE); the
+                engine stages the batch again under the new rules (see :meth:`replan`), and
+                rows that break them fail it then.
             UnsupportedTableFeatureError, SchemaMismatchError: the table changed so that the
                 input can no longer be written at all.
         """
@@ -136,13 +137,21 @@ class CommitRules:
         staged = self._plan
         if (current.input_plan, current.layout) == (staged.input_plan, staged.layout):
             return
-        raise CommitConflictError(
+        raise StaleStagingError(
             f"the table {self._location.uri} changed while batch {epoch.epoch_id} of "
             f"{epoch.app_id!r} was being staged (its schema, constraints, generated columns, "
             "column mapping or features), so the staged rows were checked against rules that "
-            "no longer hold. Nothing was committed; restarting the query re-stages the batch "
-            "under the table's current rules."
+            "no longer hold. Nothing was committed."
         )
+
+    def replan(
+        self, plan: WritePlan, input_schema: pa.Schema, replace_where: ReplaceWhere | None
+    ) -> None:
+        """Commit the next epochs under ``plan`` (the sink's, prepared again against the table
+        as it is now, after a :class:`StaleStagingError`)."""
+        self._plan = plan
+        self._input_schema = input_schema
+        self._replace_where = replace_where
 
     def _check_replaceable(self, configuration: Mapping[str, str], epoch: Epoch) -> None:
         """Refuse an epoch that replaces the table's rows if the table is append-only.

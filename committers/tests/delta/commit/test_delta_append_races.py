@@ -11,7 +11,7 @@ from committers.delta import DeltaSink
 from committers.tests._delta_helpers import batch, epoch, ids, stage
 from committers.tests._log_races import race_before_write
 from committers.tests._readers import duckdb_rows
-from framework.errors import CommitConflictError, ConcurrentWriterError
+from framework.errors import ConcurrentWriterError, StaleStagingError
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("day", pa.string())])
 
@@ -90,13 +90,13 @@ def test_a_delta_rs_overwrite_in_the_window_is_not_a_conflict_for_an_append(tmp_
     assert DeltaTable(sink.table_uri).transaction_version("app") == 2
 
 
-def test_a_schema_change_in_the_window_fails_the_batch_as_today(tmp_path, monkeypatch):
+def test_a_schema_change_in_the_window_stops_the_commit_as_stale(tmp_path, monkeypatch):
     sink, committer = started(tmp_path)
     uri = sink.table_uri
     race_before_write(
         monkeypatch, lambda: DeltaTable(uri).alter.add_columns([Field("extra", "string")])
     )
-    with pytest.raises(CommitConflictError, match="changed while batch 2"):
+    with pytest.raises(StaleStagingError, match="changed while batch 2"):
         commit(sink, committer, epoch(2), [rows(20, 30)])
     assert ids(uri) == list(range(20))
     assert DeltaTable(uri).transaction_version("app") == 1

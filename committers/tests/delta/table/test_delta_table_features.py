@@ -20,10 +20,10 @@ from committers.tests._delta_helpers import epoch, stage
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink
 from framework.errors import (
-    CommitConflictError,
     ConstraintViolationError,
     NullConstraintError,
     SchemaMismatchError,
+    StaleStagingError,
     UnsupportedTypeError,
 )
 
@@ -374,7 +374,8 @@ def test_new_columns_for_an_identity_table_are_refused(spark, tmp_path):
 
 def test_a_rule_added_while_staging_fails_the_commit(place, tmp_path):
     """The committer re-plans on the table it commits to: a constraint added after the rows
-    were checked stops the commit, nothing lands."""
+    were checked stops the commit as stale, nothing lands (TwoPhaseSink then stages the
+    batch again: test_interop_alter_while_writing.py)."""
     uri = place.create("late-rule", [Field("id", "long"), Field("amount", "double")])
     sink = DeltaSink(uri, app_id="late", storage_options=place.options)
     schema = pa.schema([("id", pa.int64()), ("amount", pa.float64())])
@@ -385,7 +386,7 @@ def test_a_rule_added_while_staging_fails_the_commit(place, tmp_path):
     )
     place.table(uri).alter.add_constraint({"positive": "amount > 0"})
     committer = sink.create_global_committer()
-    with pytest.raises(CommitConflictError, match="changed while batch 0"):
+    with pytest.raises(StaleStagingError, match="changed while batch 0"):
         committer.commit([committer.combine(ep, files)])
     committer.abort(ep)
     assert place.table(uri).version() == 1  # the constraint only
