@@ -24,6 +24,7 @@ from typing import Any
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 from committers.tests._jars import tool
+from committers.tests._spark_helpers import TEST_JVM_OPTIONS
 
 __all__ = [
     "ContainerBroker",
@@ -189,7 +190,12 @@ class ContainerBroker:
         if self._container is None:
             self._container = new_container(
                 "kafka",
-                env={"ADVERTISED": self.bootstrap, "PARTITIONS": str(self.partitions)},
+                env={
+                    "ADVERTISED": self.bootstrap,
+                    "PARTITIONS": str(self.partitions),
+                    # C1 and a serial collector: less CPU on the suite's two shared cores.
+                    "JAVA_TOOL_OPTIONS": TEST_JVM_OPTIONS,
+                },
                 ports={9092: ("127.0.0.1", self.port)},
             ).start()
         else:

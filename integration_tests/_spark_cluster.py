@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from committers.tests._spark_helpers import TEST_JVM_OPTIONS
 from integration_tests._containers import container, new_container
 from integration_tests._s3server import S3Server, seaweedfs_on_network
 
@@ -34,6 +35,12 @@ _FAST_FAILURE = {
     "spark.network.timeoutInterval": "5s",
     "spark.executor.heartbeatInterval": "2s",
     "spark.task.maxFailures": "8",
+}
+#: Every JVM of the cluster (master, workers, executors, driver) compiles with C1 only and
+#: collects with one thread: short runs on two shared cores spend less CPU that way.
+_JVM_SETTINGS = {
+    "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
 }
 
 
@@ -95,7 +102,11 @@ class SparkCluster:
             *("--conf", "spark.hadoop.fs.s3a.connection.ssl.enabled=false"),
             *("--conf", f"spark.hadoop.fs.s3a.access.key={self.s3.access_key}"),
             *("--conf", f"spark.hadoop.fs.s3a.secret.key={self.s3.secret_key}"),
-            *(arg for key, value in _FAST_FAILURE.items() for arg in ("--conf", f"{key}={value}")),
+            *(
+                arg
+                for key, value in {**_FAST_FAILURE, **_JVM_SETTINGS}.items()
+                for arg in ("--conf", f"{key}={value}")
+            ),
             "/job/cluster_job.py",
             *job_args,
         ]
@@ -179,6 +190,7 @@ def spark_cluster(pack: Path, environment: Path) -> Iterator[SparkCluster]:
         container(
             "spark",
             command=["org.apache.spark.deploy.master.Master", "--host", "master"],
+            env={"SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS},
             hostname="master",
             network=network,
             aliases=("master",),
@@ -195,6 +207,7 @@ def spark_cluster(pack: Path, environment: Path) -> Iterator[SparkCluster]:
                         *("spark://master:7077", "--cores", "1", "--memory", "1g"),
                         *("--host", name),
                     ],
+                    env={"SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTIONS},
                     hostname=name,
                     network=network,
                     aliases=(name,),

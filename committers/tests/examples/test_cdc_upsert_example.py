@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from committers.tests._readers import duckdb_rows
+from committers.tests._spark_helpers import TEST_JVM_OPTIONS
 
 pytestmark = [pytest.mark.spark]
 
@@ -27,7 +28,11 @@ def load_example() -> ModuleType:
     return module
 
 
-def test_the_cdc_example_survives_its_killed_driver_with_the_exact_final_state(spark, tmp_path):
+def test_the_cdc_example_survives_its_killed_driver_with_the_exact_final_state(
+    spark, tmp_path, monkeypatch
+):
+    # The example's killed drivers are JVMs of their own: the suite's settings (C1, serial GC).
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
     example = load_example()
     outcome = example.run(spark, tmp_path)
 

@@ -12,6 +12,8 @@ from types import ModuleType
 
 import pytest
 
+from committers.tests._spark_helpers import TEST_JVM_OPTIONS
+
 pytestmark = [pytest.mark.spark]
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "delta_to_delta.py"
@@ -26,7 +28,9 @@ def load_example() -> ModuleType:
     return module
 
 
-def test_the_pipeline_survives_its_killed_driver_with_every_row_once(spark, tmp_path):
+def test_the_pipeline_survives_its_killed_driver_with_every_row_once(spark, tmp_path, monkeypatch):
+    # The example's killed drivers are JVMs of their own: the suite's settings (C1, serial GC).
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
     example = load_example()
     outcome = example.run(spark, tmp_path)
 

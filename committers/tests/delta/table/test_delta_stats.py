@@ -382,7 +382,7 @@ def test_no_reader_answers_differently_because_of_the_stats(request, tmp_path, r
     with duckdb_with_delta() as con:
         for catalog, location in (("with_stats", uri), ("without", twin)):
             con.execute(f"ATTACH '{location}' AS {catalog} (TYPE delta, PIN_SNAPSHOT)")
-        for target, op, v in predicates:
+        for number, (target, op, v) in enumerate(predicates):
             label = f"{target} {op} {v!r}"
             expression = _expression(target, op, v)
             answers = {
@@ -393,9 +393,11 @@ def test_no_reader_answers_differently_because_of_the_stats(request, tmp_path, r
                 "QueryBuilder": [
                     _outcome(_query_builder_rows, b, _sql(target, op, v, "sql")) for b in builders
                 ],
+                # DuckDB's delta scan costs ~16 ms a query, most of the test's time: every
+                # other predicate (each column's still among them).
                 "duckdb": [
                     _outcome(_duckdb_rows, con, c, _sql(target, op, v, "duckdb"))
-                    for c in ("with_stats", "without")
+                    for c in (("with_stats", "without") if number % 2 == 0 else ())
                 ],
             }
             for reader, outcomes in answers.items():
