@@ -47,6 +47,7 @@ from committers.delta.table._schema import (
     check_partition_columns,
     normalize_schema,
 )
+from committers.delta.table._schema_overwrite import replaced_shape
 from committers.delta.table._table import open_table, remove_orphan_files
 from committers.delta.write._auto_compact import AutoCompact, check_auto_compact
 from committers.delta.write._committable import DeltaCommittable, StagedFile, StagedFileSerializer
@@ -119,10 +120,32 @@ DELTA_SPARK_SPELLINGS = {
     "epoch_id= to TwoPhaseSink(...).write(df, epoch_id=...)",
     "checkpointLocation": "pass checkpoint_location= to TwoPhaseSink(...).write_stream(df, ...)",
     "maxRecordsPerFile": "use target_file_size=<bytes> to bound file sizes",
-    "overwriteSchema": "the sink never replaces a table's schema; schema_mode='merge' adds columns",
+    "overwriteSchema": "use mode='overwrite', schema_mode='overwrite'",
+    "overwrite_schema": "use mode='overwrite', schema_mode='overwrite'",
     "userMetadata": "use user_metadata='...'",
     "outputMode": "pass output_mode= to TwoPhaseSink(...).write_stream(df, ...)",
 }
+
+
+def _check_schema_mode(schema_mode: object, mode: object, replace_where: object) -> None:
+    """Raises: ConfigurationError: an unknown ``schema_mode``, or ``"overwrite"`` outside an
+    overwrite of the whole table."""
+    if schema_mode not in ("strict", "merge", "overwrite"):
+        raise ConfigurationError(
+            f"schema_mode must be 'strict', 'merge' or 'overwrite', got {schema_mode!r}"
+        )
+    if schema_mode == "overwrite" and mode != "overwrite":
+        raise ConfigurationError(
+            "schema_mode='overwrite' replaces the table's schema together with all its rows: "
+            f"it needs mode='overwrite' (got mode={mode!r}). To add the input's new columns "
+            "to the table instead, use schema_mode='merge'."
+        )
+    if schema_mode == "overwrite" and replace_where is not None:
+        raise ConfigurationError(
+            "schema_mode='overwrite' cannot be combined with replace_where (as delta-spark "
+            "refuses overwriteSchema with replaceWhere): the rows replace_where keeps would "
+            "not fit the new schema. Overwrite the whole table, or keep the schema."
+        )
 
 
 class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
@@ -138,8 +161,11 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             An existing table keeps its own partitioning: leave this out or repeat it.
         storage_options: one set of options for staging (fsspec) and the log (delta-rs), e.g.
             ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``.
-        schema_mode: ``"strict"`` (input must match the table) or ``"merge"`` (new nullable
-            columns are added to the table).
+        schema_mode: ``"strict"`` (input must match the table), ``"merge"`` (new nullable
+            columns are added to the table) or, with ``mode="overwrite"``, ``"overwrite"``
+            (delta-spark's ``overwriteSchema``: the table's schema becomes the input's and its
+            partitioning ``partition_by``, in the transaction that replaces its rows; see
+            ``table/_schema_overwrite.py``).
         target_file_size, row_group_bytes, row_group_rows, max_open_files, compression:
             shape of staged Parquet files (see ``WriterOptions``).
         upload_part_size, upload_concurrency: S3 uploads of the ``"arrow"`` staging: bytes
@@ -221,7 +247,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         app_id: str | None = None,
         partition_by: Sequence[str] = (),
         storage_options: Mapping[str, str] | None = None,
-        schema_mode: SchemaMode = "strict",
+        schema_mode: SchemaMode | Literal["overwrite"] = "strict",
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
@@ -259,13 +285,12 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         check_staging(staging)
         self.staging: Staging = staging
         self._logged_staging = False
-        if schema_mode not in ("strict", "merge"):
-            raise ConfigurationError(
-                f"schema_mode must be 'strict' or 'merge', got {schema_mode!r}"
-            )
+        _check_schema_mode(schema_mode, mode, replace_where)
         self.app_id = app_id
         self.partition_by = partition_by
-        self.schema_mode: SchemaMode = schema_mode
+        self.replaces_schema = schema_mode == "overwrite"
+        # (an overwritten schema is the input's: the rows are then planned strictly)
+        self.schema_mode: SchemaMode = "merge" if schema_mode == "merge" else "strict"
         self.location = TableLocation.of(table_uri, storage_options)
         self.options = _writer_options(
             writer_options,
@@ -390,11 +415,14 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 existing.features.check_writable(self.location.uri)
                 check_appends_only(existing.features, self.location.uri, "mode='upsert'")
             self._upsert, schema = self._plan_upsert(session, schema, table)
-        if existing is None:
+        if existing is None or self.replaces_schema:
             spelled = {name.lower(): name for name in schema.names}  # names match ignoring case
             partition_by = [spelled.get(name.lower(), name) for name in self.partition_by]
             check_partition_columns(schema, partition_by, self.option_spelling)
-            shape = TableShape.for_new_table(schema, partition_by)
+            if existing is None or table is None:
+                shape = TableShape.for_new_table(schema, partition_by)
+            else:
+                shape = replaced_shape(existing, schema, partition_by, str(table.metadata().id))
         else:
             shape = existing
             table_partitioning = [name.lower() for name in shape.partition_by]
@@ -607,6 +635,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             replace_where=self.replace_where if self.mode == "overwrite" else None,
             deletion_vectors=self.deletion_vectors,
             overwrite=self.mode == "overwrite",
+            replaces_schema=self.replaces_schema,
             rewrite_options=self.options,
             staging=self.staging,
             spelling=self.option_spelling,

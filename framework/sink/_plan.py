@@ -32,11 +32,14 @@ class PlannedColumn:
         name: the column's name after this stage.
         expression: Spark SQL producing it.
         metadata: engine column metadata to attach (e.g. ``{"parquet.field.id": 3}``).
+        origin: where the expression comes from, for an error when the engine cannot
+            evaluate it (e.g. ``"the default of column 'v'"``); ``None``: the input itself.
     """
 
     name: str
     expression: str
     metadata: Mapping[str, object] = field(default_factory=dict)
+    origin: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,8 +8,9 @@ error class (see ``_errors.py``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from framework.errors import SchemaMismatchError
 from framework.sink import InputPlan, RowCheck, sql_string
 from framework.spark._native import is_connect_dataframe
 
@@ -57,10 +58,39 @@ def apply_input_plan(df: DataFrame, plan: InputPlan) -> DataFrame:
     else:
         from pyspark.sql import functions as F  # type: ignore[no-redef]
 
-    defined = df.select(*[F.expr(c.expression).alias(c.name) for c in plan.columns])
+    try:
+        defined = df.select(*[F.expr(c.expression).alias(c.name) for c in plan.columns])
+    except Exception as err:
+        _raise_unevaluable(df, plan, F, err)
+        raise
     output = []
     for index, column in enumerate(plan.output):
         expression = guarded(column.expression, plan.checks) if index == 0 else column.expression
         metadata = dict(column.metadata) or None
         output.append(F.expr(expression).alias(column.name, metadata=metadata))
     return defined.select(*output)
+
+
+def _raise_unevaluable(df: DataFrame, plan: InputPlan, functions: Any, err: Exception) -> None:
+    """When Spark cannot analyse the plan's columns (``err``), name the table rules among them
+    it cannot evaluate (columns with an ``origin``); return if none is at fault.
+
+    Raises:
+        SchemaMismatchError: naming each such rule, its expression and Spark's reason.
+    """
+    failing = []
+    for column in plan.columns:
+        if column.origin is None:
+            continue
+        try:
+            df.select(functions.expr(column.expression))
+        except Exception as own:
+            reason = str(own).strip().splitlines()[0]
+            failing.append(f"{column.origin} ({column.expression}): {reason}")
+    if failing:
+        raise SchemaMismatchError(
+            "this Spark cannot evaluate the table's "
+            + "; ".join(failing)
+            + ". Fix the table's definition (with the engine that made it), or give these "
+            "columns in the input. Nothing was written."
+        ) from err

@@ -268,6 +268,7 @@ class AutoCompactor:
             [],
             mode="append",
             partition_by=table.metadata().partition_columns,
+            location=self._location,
             commit_properties=CommitProperties(
                 custom_metadata={
                     COMMIT_OPERATION: OPERATION_FENCE,

@@ -44,6 +44,17 @@ class LoggedRemove:
     partition_values: Mapping[str, str | None]
     vector: DeletionVectorDescriptor | None = None  # (the logical file is path and vector)
 
+    def entry(self, deletion_timestamp: int) -> dict[str, Any]:
+        """Its ``remove`` action (``dataChange`` true), as the log writer takes it."""
+        return remove_entry(
+            self.logged_path,
+            data_change=True,
+            deletion_timestamp=deletion_timestamp,
+            size=self.size,
+            partition_values=self.partition_values,
+            vector=self.vector,
+        )
+
 
 def add_entry(staged: StagedFile) -> dict[str, Any]:
     """The add action of ``staged`` for :func:`~committers.delta.commit._log_append.commit_lines`,
@@ -119,17 +130,7 @@ def write_commit_with_changes(
     """
     version = table.version() + 1
     now = int(time.time() * 1000)
-    removes_entries = [
-        remove_entry(
-            r.logged_path,
-            data_change=True,
-            deletion_timestamp=now,
-            size=r.size,
-            partition_values=r.partition_values,
-            vector=r.vector,
-        )
-        for r in removes
-    ]
+    removes_entries = [r.entry(now) for r in removes]
     cdc = [
         {
             "path": delta_rs_path(f.path),

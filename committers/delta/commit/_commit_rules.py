@@ -20,6 +20,7 @@ from committers.delta.table._protocol import check_appends_only, check_replaceab
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
 from committers.delta.table._rules import TableShape, WritePlan, plan_write
 from committers.delta.table._schema import OptionSpelling, SchemaMode, merge_schemas
+from committers.delta.table._schema_overwrite import replaced_shape
 from committers.delta.table._table import (
     COMMIT_APP_ID,
     COMMIT_EPOCH_ID,
@@ -47,6 +48,7 @@ class CommitRules:
     _schema_mode: SchemaMode
     _spelling: OptionSpelling
     _overwrite: bool
+    _replaces_schema: bool
     _replace_where: ReplaceWhere | None
     _user_metadata: str | None
 
@@ -163,6 +165,18 @@ class CommitRules:
             check_replaceable(configuration, self._location.uri, "mode='overwrite'")
         elif epoch.output_mode == "complete":
             check_replaceable(configuration, self._location.uri, "output_mode='complete'")
+
+    def _shape_to_commit_to(self, table: DeltaTable) -> TableShape:
+        """The table's shape the epoch commits under: its schema replaced by the input's
+        (``schema_mode="overwrite"``), or evolved (:meth:`_evolve_schema`)."""
+        if not self._replaces_schema:
+            return self._evolve_schema(table)
+        return replaced_shape(
+            TableShape.of_table(table),
+            self._input_schema,
+            self._plan.shape.partition_by,
+            str(table.metadata().id),
+        )
 
     def _evolve_schema(self, table: DeltaTable) -> TableShape:
         """In merge mode, first add the input's new columns to the table; returns the table's

@@ -47,6 +47,7 @@ from committers.delta.commit._replacement import (
     _StaleRewrite,
     check_still_live,
 )
+from committers.delta.commit._schema_replacement import write_schema_replacement
 from committers.delta.commit._sequence import (
     POST_COMMIT,
     add_action,
@@ -143,6 +144,7 @@ class DeltaGlobalCommitter(
         log_cleanup_every: int = LOG_CLEANUP_EVERY,
         user_metadata: str | None = None,
         overwrite: bool = False,
+        replaces_schema: bool = False,
         replace_where: ReplaceWhere | None = None,
         rewrite_options: WriterOptions | None = None,
         staging: Staging = "auto",
@@ -156,10 +158,13 @@ class DeltaGlobalCommitter(
         files holding matching rows (see ``_replace_rewrite``), or marks them in deletion
         vectors (``deletion_vectors="auto"`` on a table that enables them, see
         ``_replace_marks``). ``auto_compactor``: compacts small files after epochs
-        (:meth:`after_epoch`, see ``_auto_compact``)."""
+        (:meth:`after_epoch`, see ``_auto_compact``). ``replaces_schema``: with
+        ``overwrite``, each commit replaces the table's schema and partitioning by the plan's
+        (``schema_mode="overwrite"``, see ``_schema_replacement``)."""
         self._location = location
         self._spelling = spelling  # how the errors of a re-check name options
         self._overwrite = overwrite
+        self._replaces_schema = replaces_schema
         self._replace_where = replace_where
         self._rewrite_options = rewrite_options or WriterOptions()
         self._staging: Staging = staging
@@ -400,7 +405,7 @@ class DeltaGlobalCommitter(
                     raise CommitConflictError(f"{self._location.uri} vanished while committing")
             if self._holds(table, epoch):  # committed before (delta-rs would commit it again)
                 return
-            self._check_plan(self._evolve_schema(table), epoch)
+            self._check_plan(self._shape_to_commit_to(table), epoch)
             if committable.rewrite is not None:
                 check_still_live(table, self._location, committable.rewrite)
             read_version = table.version()
@@ -464,6 +469,17 @@ class DeltaGlobalCommitter(
         found live in this snapshot: it must land right on top of it too.
         """
         epoch = committable.epoch
+        if self._replaces_schema:
+            write_schema_replacement(
+                self._location,
+                table,
+                self._plan.shape,
+                committable.files,
+                self._commit_properties(
+                    committable, removed_files=len(table.file_uris()), retries=0
+                ),
+            )
+            return
         actions: list[AddAction | RemoveAction] = [add_action(f) for f in committable.files]
         replacing = self._replaces_all(epoch)
         if self._replace_where is not None:

@@ -321,6 +321,7 @@ def commit_lines(
     metadata_action: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     removes: Sequence[Mapping[str, Any]] = (),
+    mode: str = "Append",
 ) -> bytes:
     """The commit file delta-rs 1.6 writes for ``create_write_transaction(adds, mode="append",
     partition_by=..., commit_properties=CommitProperties(app_transactions=[txn],
@@ -334,11 +335,12 @@ def commit_lines(
     delta-spark does), e.g. one advancing identity high-water marks; ``tags``: the
     commitInfo's ``tags`` (delta-spark's, such as ``delta.identity.schemaUpdate``);
     ``removes``: ``remove`` actions, written as given before the adds (for the rewrites
-    delta-rs cannot spell, see :mod:`._log_rewrite`)."""
+    delta-rs cannot spell, see :mod:`._log_rewrite`); ``mode``: the WRITE's mode as the
+    history shows it (``Overwrite`` for a commit replacing the table's schema)."""
     metadata = dict(custom_metadata)
     parameters = {
         **(metadata.pop("operationParameters", None) or {}),
-        "mode": "Append",
+        "mode": mode,
         "partitionBy": json.dumps(list(partition_by), separators=(",", ":")),
     }
     head: dict[str, Any] = {

@@ -56,9 +56,11 @@ def write_log_rewrite(
     partition_by: Sequence[str],
     commit_properties: CommitProperties,
     post_commit: PostCommitHookProperties,
+    mode: str = "Append",
 ) -> int:
     """Commit ``actions`` at the version after ``table``'s (see the module docstring); the
-    version written. ``vectors``: the vectors of the files removed (decoded path -> vector).
+    version written. ``vectors``: the vectors of the files removed (decoded path -> vector);
+    ``mode``: the WRITE's mode its commitInfo records.
 
     Raises:
         CommitFailedError: another writer took that version; nothing was written.
@@ -98,7 +100,9 @@ def write_log_rewrite(
         properties=commit_properties,
         partition_by=partition_by,
         now_ms=now,
-        needs="it removes or adds files with deletion vectors (their remove must name the vector)",
+        mode=mode,
+        needs="it removes files with deletion vectors (their remove must name the vector), or "
+        "delta-rs does not commit to the table",
     )
     interval = checkpoint_interval(table.metadata().configuration)
     if post_commit.create_checkpoint and version % interval == 0:
@@ -117,12 +121,15 @@ def put_log_commit(
     partition_by: Sequence[str],
     now_ms: int,
     cdc: Sequence[Mapping[str, Any]] = (),
+    metadata_action: Mapping[str, Any] | None = None,
+    mode: str = "Append",
     needs: str,
 ) -> None:
     """Write version ``version``: the commitInfo and txn of ``properties`` (at most one txn),
     ``removes`` and ``adds`` as :func:`~committers.delta.commit._log_append.commit_lines`
-    spells them, then ``cdc`` actions; put-if-absent, the one writer of rewrites that delta-rs
-    cannot commit (deletion vectors here, change files in :mod:`._change_data_commit`).
+    spells them, then ``cdc`` actions (``metadata_action`` and ``mode`` as there); put-if-absent,
+    the one writer of the commits delta-rs cannot write (deletion vectors here, change files in
+    :mod:`._change_data_commit`, a replaced schema and partitioning in ``_committer``).
     ``needs`` says why the commit cannot go through delta-rs, for the refusal below.
 
     Raises:
@@ -147,6 +154,8 @@ def put_log_commit(
         custom_metadata=dict(properties.custom_metadata or {}),
         partition_by=partition_by,
         now_ms=now_ms,
+        metadata_action=metadata_action,
+        mode=mode,
     )
     data += "".join(json_line({"cdc": dict(entry)}) for entry in cdc).encode()
     if not LogStore(location).put_if_absent(f"{version:020d}.json", data):

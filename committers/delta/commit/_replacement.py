@@ -17,7 +17,12 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from committers.delta.commit._change_data_commit import live_removes
-from committers.delta.commit._sequence import POST_COMMIT, files_gone, write_transaction
+from committers.delta.commit._sequence import (
+    POST_COMMIT,
+    delta_rs_commits,
+    files_gone,
+    write_transaction,
+)
 from committers.delta.spark._replace_rewrite import replace_rows
 from committers.delta.spark._upsert_marks import DeletionVectorMode
 from committers.delta.spark._upsert_plan import classic_session
@@ -121,8 +126,10 @@ class ReplacementCommits:
             logged = live_removes(table, [f["path"] for _, f in removed], by_logged_path)
             self._write_with_changes(table, committable, logged, deleted_rows=deleted)
             return
-        # A file with a vector is removed by name, with its vector: delta-rs's overwrite cannot.
-        filters = None if vectors else self._overwrite_filters(table, removed)
+        # A file with a vector is removed by name, with its vector: delta-rs's overwrite cannot;
+        # so is every file of a table delta-rs does not commit to.
+        by_name = vectors or not delta_rs_commits(table)
+        filters = None if by_name else self._overwrite_filters(table, removed)
         now = int(time.time() * 1000)
         removes: list[AddAction | RemoveAction] = [
             RemoveAction(path, True, now, f["size_bytes"]) for path, f in removed

@@ -22,8 +22,10 @@ overwrite or upsert (:mod:`._committer`) and a compaction (:mod:`._compact`), ru
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
@@ -39,6 +41,9 @@ from committers.delta.commit._log_rewrite import needs_log_rewrite, write_log_re
 from committers.delta.storage._s3errors import STAGING_ERRORS
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._live_vectors import table_deletion_vectors
+from committers.delta.table._protocol import DELTA_RS_REFUSES
+from committers.delta.table._schema import serialize_partition_value
 from committers.delta.write._committable import StagedFile
 from framework.errors import CommitConflictError, CommitStateUnknownError
 from framework.retry import Backoff, CommitResult, Verdict, commit_with_reconciliation
@@ -166,6 +171,33 @@ def add_action(staged: StagedFile, *, data_change: bool = True) -> AddAction:
     )
 
 
+def delta_rs_commits(table: DeltaTable) -> bool:
+    """Whether delta-rs commits to ``table`` (its protocol enables no feature of
+    :data:`DELTA_RS_REFUSES`)."""
+    return not set(table.protocol().writer_features or ()) & DELTA_RS_REFUSES
+
+
+def _removes_of_every_live_file(
+    table: DeltaTable, location: TableLocation
+) -> tuple[list[RemoveAction], dict[str, DeletionVectorDescriptor]]:
+    """A remove of each live file of ``table``'s snapshot (decoded paths, with sizes and
+    partition values), and the deletion vectors among them (decoded path -> vector)."""
+    now = int(time.time() * 1000)
+    partition_by = table.metadata().partition_columns
+    removes = [
+        RemoveAction(
+            unquote(a["path"]),
+            True,
+            now,
+            int(a["size_bytes"]),
+            {c: serialize_partition_value(a.get(f"partition.{c}")) for c in partition_by},
+        )
+        for a in pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    ]
+    reader_features = table.protocol().reader_features or ()
+    return removes, table_deletion_vectors(location, reader_features, table.version())
+
+
 def write_transaction(
     table: DeltaTable,
     actions: Sequence[AddAction | RemoveAction],
@@ -179,14 +211,20 @@ def write_transaction(
     vectors: Mapping[str, DeletionVectorDescriptor] | None = None,
 ) -> None:
     """Step 3: one transaction of ``actions`` on top of ``table``'s snapshot, with its schema:
-    through delta-rs, or written into the log by :mod:`._log_rewrite` when a remove names a
-    file with a deletion vector (``vectors``: decoded path -> vector; needs ``location``),
-    which delta-rs cannot spell."""
-    if needs_log_rewrite(actions, vectors):
-        if location is None or mode != "append":
+    through delta-rs, or written into the log by :mod:`._log_rewrite` (needs ``location``)
+    when a remove names a file with a deletion vector (``vectors``: decoded path -> vector),
+    which delta-rs cannot spell, or when delta-rs refuses to commit to the table at all
+    (:func:`delta_rs_commits`); an overwrite then removes every live file by name."""
+    by_delta_rs = delta_rs_commits(table)
+    if needs_log_rewrite(actions, vectors) or not by_delta_rs:
+        if location is None or (mode == "overwrite" and (by_delta_rs or partition_filters)):
             raise ValueError(
-                "removing files with deletion vectors needs mode='append' and a location"
+                "a commit through the sink's log writer needs a location; an overwrite there "
+                "removes every live file (no partition filters)"
             )
+        if mode == "overwrite":
+            removes, vectors = _removes_of_every_live_file(table, location)
+            actions = [*removes, *actions]
         write_log_rewrite(
             table,
             location,
@@ -195,6 +233,7 @@ def write_transaction(
             partition_by=partition_by,
             commit_properties=commit_properties,
             post_commit=post_commit,
+            mode="Overwrite" if mode == "overwrite" else "Append",
         )
         return
     table.create_write_transaction(

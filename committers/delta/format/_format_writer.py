@@ -12,7 +12,9 @@ Options (names as delta-spark spells them, case-insensitive):
                         Spark's JSON list)
 ``replaceWhere``        with ``mode("overwrite")``: replace only the rows it matches
 ``userMetadata``        text recorded with the commit
-``overwriteSchema``     refused when true: the writer never replaces a table's schema
+``overwriteSchema``     ``true`` with ``mode("overwrite")``: the table's schema becomes the
+                        input's and its partitioning ``partitionBy``, in the same commit as
+                        the rows (``DeltaSink(schema_mode="overwrite")``)
 
 Every other option is a storage option of the table location (see ``_storage.py``). Errors
 name the format's own options (``.option("mergeSchema", "true")``, ``partitionBy``), not
@@ -93,12 +95,15 @@ class FormatDeltaSink(DeltaSink):
     option_spelling = FORMAT_SPELLING
 
 
-_OVERWRITE_SCHEMA = (
-    "option overwriteSchema is not supported: the {name} writer never replaces a table's "
-    "schema or partitioning (mode('overwrite') replaces its rows and keeps its schema). To add "
-    'the input\'s new columns, set .option("mergeSchema", "true"); to change column types or '
-    "the partitioning, write to a new table path (or replace the table with delta-rs: "
-    "deltalake.write_deltalake(path, data, mode='overwrite', schema_mode='overwrite'))."
+_OVERWRITE_SCHEMA_NEEDS_OVERWRITE = (
+    "option overwriteSchema replaces the table's schema together with all its rows: it needs "
+    'mode("overwrite"). To add the input\'s new columns in an append, set '
+    '.option("mergeSchema", "true") instead.'
+)
+_OVERWRITE_SCHEMA_WITH_REPLACE_WHERE = (
+    "options overwriteSchema and replaceWhere cannot go together (as delta-spark refuses "
+    "them): the rows replaceWhere keeps would not fit the new schema. Overwrite the whole "
+    "table, or keep its schema."
 )
 
 
@@ -110,6 +115,7 @@ class WriteOptions:
     app_id: str | None
     txn_version: int | None
     merge_schema: bool
+    overwrite_schema: bool
     partition_by: tuple[str, ...]
     replace_where: str | None
     user_metadata: str | None
@@ -121,7 +127,12 @@ class WriteOptions:
             app_id=self.app_id,
             partition_by=self.partition_by,
             storage_options=dict(self.location.storage_options),
-            schema_mode="merge" if self.merge_schema else "strict",
+            # (overwriteSchema wins over mergeSchema, as in delta-spark)
+            schema_mode="overwrite"
+            if self.overwrite_schema
+            else "merge"
+            if self.merge_schema
+            else "strict",
             staging="arrow",
             user_metadata=self.user_metadata,
             mode="overwrite" if overwrite else "append",
@@ -184,11 +195,14 @@ def parse_write_options(options: Mapping[str, str], *, overwrite: bool) -> Write
     if txn_version is not None and app_id is None:
         raise ConfigurationError(_TXN_PAIR)
     merge = _flag(given, "mergeSchema")
-    if _flag(given, "overwriteSchema"):
-        raise ConfigurationError(_OVERWRITE_SCHEMA.format(name=FORMAT_NAME))
+    overwrite_schema = _flag(given, "overwriteSchema")
+    if overwrite_schema and not overwrite:
+        raise ConfigurationError(_OVERWRITE_SCHEMA_NEEDS_OVERWRITE)
     replace_where = given.pop("replacewhere", None)
     if replace_where is not None and not overwrite:
         raise ConfigurationError("option replaceWhere needs mode('overwrite')")
+    if replace_where is not None and overwrite_schema:
+        raise ConfigurationError(_OVERWRITE_SCHEMA_WITH_REPLACE_WHERE)
     partition_by = _partition_by(given.pop("partitionby", ""))
     user_metadata = given.pop("usermetadata", None)
     checkpoint = given.pop("checkpointlocation", None)
@@ -204,6 +218,7 @@ def parse_write_options(options: Mapping[str, str], *, overwrite: bool) -> Write
         app_id,
         txn_version,
         merge,
+        overwrite_schema,
         partition_by,
         replace_where,
         user_metadata,
@@ -219,6 +234,8 @@ def _rules_needing_sql(shape: TableShape) -> list[str]:
         rules.append("generated columns " + ", ".join(sorted(shape.generated_columns)))
     if shape.identity_columns:
         rules.append("identity columns " + ", ".join(c.name for c in shape.identity_columns))
+    if shape.defaulted_columns:
+        rules.append("column defaults of " + ", ".join(sorted(shape.defaulted_columns)))
     if shape.column_mapping:
         rules.append("column mapping")
     if "invariants" in shape.features and any(f.invariant for _, f in walk(shape.schema)):

@@ -65,7 +65,8 @@ class UpsertPlan:
         table_sequence: the ``sequence_by`` columns as the table spells them (each change is
             compared with the stored row's values of them).
         filled: with ``partial_updates``, the table columns the input lacks (generated ones
-            aside): an updated row keeps its stored values, an inserted row gets NULL.
+            aside): an updated row keeps its stored values, an inserted row gets the
+            column's default (delta-spark's ``DEFAULT``), else NULL.
     """
 
     keys: tuple[str, ...]
@@ -211,7 +212,7 @@ def _filled_columns(
             "replaces the whole row of each key it updates, so these columns would become "
             "NULL in every updated row. Add them to the DataFrame, or pass "
             "partial_updates=True to keep the stored values of the columns the input lacks "
-            "(a row it inserts gets NULL in them)."
+            "(a row it inserts gets their defaults, or NULL)."
         )
     return [f.with_nullable(True) for f in lacking] if spec.partial_updates else []
 

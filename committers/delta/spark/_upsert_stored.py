@@ -46,7 +46,7 @@ from framework.spark.connector import apply_input_plan, parquet_files
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["StoredRows"]
 
@@ -54,6 +54,7 @@ _DELETE = "__sparksink_delete__"
 _FILE = "__sparksink_file__"
 _APPLIES = "__sparksink_applies__"
 _FILLED = "__sparksink_filled__"
+_STORED = "__sparksink_stored__"  # set where the key has a stored row
 _ROW_INDEX = "__sparksink_row_index__"
 
 
@@ -123,21 +124,15 @@ class StoredRows:
         actions: pa.Table | None,
     ) -> DataFrame:
         """``rows`` (changes) with the ``filled`` columns of the stored row of their key, read
-        from the touched files; NULL for a key the table does not hold. A key the table holds
+        from the touched files; for a key the table does not hold (a row the upsert inserts),
+        the column's default (``DEFAULT`` of delta-spark) or NULL. A key the table holds
         twice (a blind append racing an upsert) takes them from its row of the highest
         sequence (without ``sequence_by``, from one of them)."""
         from pyspark.sql import functions as F
 
         upsert = self._upsert
-        fields = {f.name: f for f in self._plan.shape.schema.fields}
         if not touched:
-            return rows.select(
-                "*",
-                *[
-                    F.lit(None).cast(spark_type(fields[c].type, physical=False)).alias(c)
-                    for c in upsert.filled
-                ],
-            )
+            return rows.select("*", *[self._inserted(c).alias(c) for c in upsert.filled])
         assert actions is not None
         partition_by = set(self._plan.shape.partition_by)
         needed = list(dict.fromkeys([*upsert.table_keys, *upsert.filled, *upsert.table_sequence]))
@@ -157,9 +152,34 @@ class StoredRows:
                 *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(upsert.table_keys)]
             )
             .agg(one.alias(_FILLED))
-            .select(*names, *[F.col(_FILLED).getField(c).alias(c) for c in upsert.filled])
+            .select(
+                *names,
+                *[F.col(_FILLED).getField(c).alias(c) for c in upsert.filled],
+                F.lit(True).alias(_STORED),
+            )
         )
-        return rows.join(stored, on=names, how="left")
+        joined = rows.join(stored, on=names, how="left")
+        return joined.select(
+            *[F.col(quote(c)) for c in rows.columns],
+            *[
+                F.when(F.col(_STORED).isNull(), self._inserted(c))
+                .otherwise(F.col(quote(c)))
+                .alias(c)
+                for c in upsert.filled
+            ],
+        )
+
+    def _inserted(self, column: str) -> Column:
+        """The value a row the upsert inserts gets in ``column``, which the input lacks: its
+        default where the table has one (NULL stored stays NULL), else NULL."""
+        from pyspark.sql import functions as F
+
+        shape = self._plan.shape
+        f = shape.schema.field(column)
+        spelled = spark_type(f.type, physical=False)
+        if column in shape.defaulted_columns:
+            return F.expr(f"CAST(({f.default_expression}) AS {spelled})")
+        return F.lit(None).cast(spelled)
 
     def _scan(
         self,

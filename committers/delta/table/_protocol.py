@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPEND_ONLY",
+    "DELTA_RS_REFUSES",
     "ENFORCED_FEATURES",
     "TableFeatures",
     "UnsupportedTableFeatureError",
@@ -40,6 +41,11 @@ _LEGACY_WRITER_FEATURES = {
     6: ("identityColumns",),
 }
 
+#: Writer features delta-rs 1.6 refuses to commit to ("Unsupported table features
+#: required"), which the sink honours: its own log writer commits to such tables, and
+#: metadata changes made through delta-rs (columns added by schema_mode="merge") are refused.
+DELTA_RS_REFUSES = frozenset({"allowColumnDefaults"})
+
 # Features the sink honours when it appends. How each is honoured:
 ENFORCED_FEATURES = {
     "appendOnly": "the sink only appends",
@@ -54,6 +60,9 @@ ENFORCED_FEATURES = {
     "advance it in their commit; operations that remove rows are refused",
     "deletionVectors": "appends add no deletion vectors",
     "timestampNtz": "written as Parquet timestamps without time zone",
+    "allowColumnDefaults": "a column the input lacks gets its default (its CURRENT_DEFAULT, "
+    "evaluated by Spark once per batch, as delta-spark does per statement); a value given, "
+    "NULL included, is kept",
     "v2Checkpoint": "checkpoints are written by delta-rs in the table's format",
     # delta-rs enables it on every table it upgrades to writer version 7; a variant column
     # itself is refused as a type the sink cannot write.
@@ -64,7 +73,6 @@ ENFORCED_FEATURES = {
 # Why the others are refused (delta-rs cannot commit to these tables either).
 _REFUSED_FEATURES = {
     "typeWidening": "type changes are not tracked by this sink's writer",
-    "allowColumnDefaults": "column defaults are not filled in by this sink's writer",
     "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
     "domainMetadata": "domain metadata is not maintained by this sink's writer",
     "inCommitTimestamp": "in-commit timestamps are not written by delta-rs",

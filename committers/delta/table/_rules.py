@@ -44,7 +44,7 @@ from committers.delta.table._identity import (
     identity_columns,
     placeholder_sql,
 )
-from committers.delta.table._protocol import TableFeatures
+from committers.delta.table._protocol import DELTA_RS_REFUSES, TableFeatures
 from committers.delta.table._schema import (
     HIVE_NULL,
     SINK_SPELLING,
@@ -68,6 +68,7 @@ __all__ = [
 ]
 
 CONSTRAINT_PREFIX = "delta.constraints."
+DEFAULTS_FEATURE = "allowColumnDefaults"
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 SPARK_FIELD_ID = "parquet.field.id"
 # delta-spark's record of a CHAR(n) / VARCHAR(n) column (a string in the log).
@@ -144,9 +145,22 @@ class TableShape:
         return identity_columns(self.schema, IDENTITY_FEATURE in self.features)
 
     @property
+    def defaulted_columns(self) -> frozenset[str]:
+        """Columns with a ``CURRENT_DEFAULT`` the table's protocol enables (delta-spark's
+        ``DEFAULT``): an input lacking one gets its default."""
+        if DEFAULTS_FEATURE not in self.features:
+            return frozenset()
+        return frozenset(f.name for f in self.schema.fields if f.default_expression is not None)
+
+    @property
     def computed_columns(self) -> frozenset[str]:
-        """Columns the sink fills in when the input lacks them: generated and identity ones."""
-        return self.generated_columns | {c.name for c in self.identity_columns}
+        """Columns the sink fills in when the input lacks them: generated, identity and
+        defaulted ones."""
+        return (
+            self.generated_columns
+            | {c.name for c in self.identity_columns}
+            | self.defaulted_columns
+        )
 
 
 def new_table_schema(input_schema: pa.Schema) -> pa.Schema:
@@ -233,6 +247,14 @@ def plan_write(
             "an engine that can (ALTER TABLE ... ADD COLUMNS in delta-spark), or drop them "
             "from the input."
         )
+    refusing = sorted(DELTA_RS_REFUSES & shape.features.enabled)
+    if added and refusing:
+        raise SchemaMismatchError(
+            f"the input has new columns {[f.name for f in added]}, but {table_uri} has the "
+            f"feature(s) {', '.join(refusing)}, and delta-rs cannot add columns to such a "
+            "table. Add the columns with delta-spark (ALTER TABLE ... ADD COLUMNS), or drop "
+            "them from the input."
+        )
     if added and shape.identity_columns:
         raise SchemaMismatchError(
             f"the input has new columns {[f.name for f in added]}, but {table_uri} has "
@@ -267,17 +289,24 @@ def _defined_column(
 ) -> PlannedColumn:
     """The column as the table defines it: the input's (``source``, whatever the case of its
     name; cast when it spells a nested name differently), generated, or null."""
+    origin = None
     if source is not None:
         expression = quote(source.name)
         if spelled_differently(source.type, table_type):
             expression = f"CAST({expression} AS {spark_type(f.type, physical=False)})"
     elif f.name in shape.generated_columns:
         expression = f"CAST(({f.generation_expression}) AS {spark_type(f.type, physical=False)})"
+        origin = f"generation expression of column {f.name!r}"
     elif f.is_identity and IDENTITY_FEATURE in shape.features:
         expression = placeholder_sql(IdentityColumn.of(f))  # values reserved per batch
+    elif f.name in shape.defaulted_columns:
+        # Spark SQL, as delta-spark stores it; evaluated by Spark once per batch's query (so
+        # current_timestamp() is one instant per batch, as per statement in delta-spark).
+        expression = f"CAST(({f.default_expression}) AS {spark_type(f.type, physical=False)})"
+        origin = f"default of column {f.name!r}"
     else:
         expression = f"CAST(NULL AS {spark_type(f.type, physical=False)})"
-    return PlannedColumn(name=f.name, expression=expression)
+    return PlannedColumn(name=f.name, expression=expression, origin=origin)
 
 
 def length_limit(f: DeltaField) -> tuple[str, int] | None:

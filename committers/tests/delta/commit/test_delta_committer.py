@@ -305,7 +305,8 @@ def test_committable_serializer_round_trip():
     [
         ({"app_id": ""}, "app_id"),
         ({"partition_by": ["a", "a"]}, "twice"),
-        ({"schema_mode": "overwrite"}, "schema_mode"),
+        ({"schema_mode": "replace"}, "schema_mode must be 'strict', 'merge' or 'overwrite'"),
+        ({"schema_mode": "overwrite"}, "schema_mode='overwrite' .* needs mode='overwrite'"),
         ({"target_file_size": 0}, "target_file_size"),
         ({"compression": "lzma"}, "compression"),
         ({"upload_part_size": 1024 * 1024}, "between 5 MiB and 5 GiB"),

@@ -213,10 +213,14 @@ def test_rows_the_table_refuses_commit_nothing_and_leave_nothing(spark, tmp_path
 
 
 @pytest.mark.spark
-def test_errors_name_the_formats_own_options_and_overwrite_schema_is_refused(spark, tmp_path):
+def test_errors_name_the_formats_own_options_and_overwrite_schema_replaces_the_schema(
+    spark, tmp_path
+):
     """A format write's schema errors give the format's fix (``.option("mergeSchema",
-    "true")``, ``partitionBy``), not DeltaSink's keyword arguments; ``overwriteSchema`` is
-    refused by name. Nothing is committed or staged by a refused write."""
+    "true")``, ``partitionBy``), not DeltaSink's keyword arguments; ``overwriteSchema`` outside
+    an overwrite of the whole table is refused by name. Nothing is committed or staged by a
+    refused write; ``overwriteSchema`` with ``mode("overwrite")`` replaces the schema and the
+    partitioning with the rows."""
     register(spark)
     uri = str(tmp_path / "t")
     _df(spark, 0, 4).write.format("deltalake").mode("append").option("partitionBy", "day").save(uri)
@@ -239,15 +243,20 @@ def test_errors_name_the_formats_own_options_and_overwrite_schema_is_refused(spa
         r"partitionBy=\['k'\]\. Use the table's partitioning \(or leave partitionBy out\)",
         str(partitioning.value),
     )
-    for mode in ("overwrite", "append"):
-        with pytest.raises(Exception) as overwrite_schema:
-            (wider.write.format("deltalake").mode(mode).option("overwriteSchema", "true").save(uri))
-        assert re.search(
-            r"ConfigurationError: option overwriteSchema is not supported: the deltalake writer "
-            r"never replaces a table's schema or partitioning .* set "
-            r'\.option\("mergeSchema", "true"\)',
-            str(overwrite_schema.value),
-        )
+    with pytest.raises(Exception) as in_append:
+        wider.write.format("deltalake").mode("append").option("overwriteSchema", "true").save(uri)
+    assert re.search(
+        r"ConfigurationError: option overwriteSchema replaces the table's schema together with "
+        r'all its rows: it needs mode\("overwrite"\)\. .* \.option\("mergeSchema", "true"\)',
+        str(in_append.value),
+    )
+    with pytest.raises(Exception) as with_replace_where:
+        wider.write.format("deltalake").mode("overwrite").option("overwriteSchema", "true").option(
+            "replaceWhere", "day = 'd0'"
+        ).save(uri)
+    assert "options overwriteSchema and replaceWhere cannot go together" in str(
+        with_replace_where.value
+    )
     assert _version(uri) == 0 and ids(uri) == list(range(4))
     assert_no_orphans(uri)
 
@@ -261,6 +270,17 @@ def test_errors_name_the_formats_own_options_and_overwrite_schema_is_refused(spa
         (4, "x"),
         (5, "x"),
     ]
+
+    reshaped = spark.createDataFrame([("a", 1.5), ("b", None)], "name string, score double")
+    reshaped.write.format("deltalake").mode("overwrite").option("overwriteSchema", "true").option(
+        "partitionBy", "name"
+    ).save(uri)
+    table = DeltaTable(uri)
+    assert table.metadata().partition_columns == ["name"]
+    assert [f.name for f in table.schema().fields] == ["name", "score"]
+    expected = [{"name": "a", "score": 1.5}, {"name": "b", "score": None}]
+    assert sorted(duckdb_rows(uri), key=lambda r: r["name"]) == expected
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["name"]) == expected
 
 
 @pytest.mark.spark
@@ -364,7 +384,12 @@ def test_write_options_are_validated_before_anything_is_written():
             "txnVersion must be an integer",
         ),
         ({"path": "/t", "mergeSchema": "perhaps"}, False, "mergeSchema must be true or false"),
-        ({"path": "/t", "overwriteSchema": "yes"}, True, "overwriteSchema is not supported"),
+        ({"path": "/t", "overwriteSchema": "yes"}, False, r'it needs mode\("overwrite"\)'),
+        (
+            {"path": "/t", "overwriteSchema": "true", "replaceWhere": "a = 1"},
+            True,
+            "overwriteSchema and replaceWhere cannot go together",
+        ),
         ({"path": "/t", "overwriteSchema": "maybe"}, True, "overwriteSchema must be true or"),
         ({"path": "/t", "replaceWhere": "a = 1"}, False, "replaceWhere needs mode"),
         ({"path": "/t", "txnAppId": "a", "app_id": "b"}, False, "not both"),

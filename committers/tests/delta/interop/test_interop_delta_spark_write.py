@@ -471,12 +471,6 @@ REFUSED = {
         "rowTracking",
     ),
     "liquid clustering": ("id BIGINT, v INT", (), "CLUSTER BY (id)", "clustering"),
-    "column defaults": (
-        "id BIGINT, v INT DEFAULT 7",
-        (),
-        "TBLPROPERTIES ('delta.feature.allowColumnDefaults' = 'supported')",
-        "allowColumnDefaults",
-    ),
     "in-commit timestamps": (
         "id BIGINT, v INT",
         (),

@@ -277,7 +277,6 @@ def _hand_written_table(
     "features",
     [
         ["typeWidening"],
-        ["allowColumnDefaults"],
         ["rowTracking", "domainMetadata"],
         ["inCommitTimestamp"],
         ["someFutureFeature"],

@@ -1,0 +1,78 @@
+"""The commit of an overwrite that replaces the table's schema and partitioning
+(``schema_mode="overwrite"``, see ``table/_schema_overwrite.py``): one log entry holding the
+new ``metaData``, the remove of every live file (with its deletion vector), the adds of the
+epoch's files, its txn and a ``WRITE`` commitInfo in mode ``Overwrite``, as delta-spark's
+``overwriteSchema`` writes it.
+
+delta-rs 1.6 can replace the schema in an overwrite but not the partition columns, and not
+the remove of a file with a deletion vector, so the sink's own log writer
+(:func:`~committers.delta.commit._log_rewrite.put_log_commit`) writes it: at exactly the
+version after the snapshot it read, or not at all (``CommitFailedError``, which the commit
+sequence reconciles and retries on a fresh snapshot).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable
+
+from committers.delta.commit._change_data_commit import add_entry, live_removes
+from committers.delta.commit._log_rewrite import put_log_commit
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._live_vectors import table_deletion_vectors
+from committers.delta.table._rules import TableShape
+from committers.delta.table._schema_overwrite import metadata_action
+from committers.delta.write._committable import StagedFile
+
+__all__ = ["write_schema_replacement"]
+
+
+def write_schema_replacement(
+    location: TableLocation,
+    table: DeltaTable,
+    shape: TableShape,
+    adds: Sequence[StagedFile],
+    properties: CommitProperties,
+) -> int:
+    """Commit ``adds`` as the whole table, under ``shape``'s schema, partitioning and
+    configuration, as version ``table.version() + 1``; that version.
+
+    Raises:
+        UnsupportedTableFeatureError: the table is neither local nor on S3 (the only stores the
+            log writer commits to); nothing was written.
+        CommitFailedError: another commit took that version; nothing was written.
+        OSError: the outcome is unknown (the caller reconciles by the txn or the run id).
+    """
+    read_version = table.version()
+    live = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    reader_features = table.protocol().reader_features or ()
+    vectors = table_deletion_vectors(location, reader_features, read_version)
+    by_logged_path = {p: vectors[unquote(p)] for p in live if unquote(p) in vectors}
+    now = int(time.time() * 1000)
+    removes = [r.entry(now) for r in live_removes(table, live, by_logged_path)]
+    current = table.metadata()
+    put_log_commit(
+        location,
+        read_version + 1,
+        adds=[add_entry(f) for f in adds],
+        removes=removes,
+        properties=properties,
+        partition_by=shape.partition_by,
+        now_ms=now,
+        metadata_action=metadata_action(
+            {
+                "id": current.id,
+                "name": current.name,
+                "description": current.description,
+                "createdTime": current.created_time,
+            },
+            shape,
+        ),
+        mode="Overwrite",
+        needs="it replaces the table's schema and partitioning (schema_mode='overwrite')",
+    )
+    return read_version + 1
