@@ -25,7 +25,14 @@ from typing import Any
 import pyarrow as pa
 from deltalake import Schema as DeltaSchema
 
-from committers.delta.table._delta_schema import COLUMN_ID, PHYSICAL_NAME, parse_schema
+from committers.delta.table._delta_schema import (
+    COLUMN_ID,
+    PHYSICAL_NAME,
+    ArrayType,
+    MapType,
+    StructType,
+    parse_schema,
+)
 from committers.delta.table._rules import TableShape, new_table_schema
 from framework.errors import SchemaMismatchError
 
@@ -157,8 +164,6 @@ def _raw_struct(fields: Sequence[Any]) -> dict[str, Any]:
 
 
 def _raw_type(t: Any) -> Any:
-    from committers.delta.table._delta_schema import ArrayType, MapType, StructType
-
     if isinstance(t, StructType):
         return _raw_struct(t.fields)
     if isinstance(t, ArrayType):
