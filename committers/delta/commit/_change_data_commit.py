@@ -27,6 +27,7 @@ from deltalake import CommitProperties, DeltaTable
 from committers.delta.commit._log_rewrite import put_log_commit, remove_entry
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._rules import TableShape
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._table import delta_rs_path
 from committers.delta.write._committable import MarkedFile, StagedFile
@@ -92,19 +93,34 @@ def live_removes(
     from ``vectors``, by logged path)."""
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     by_path = {a["path"]: a for a in actions}
-    partition_by = table.metadata().partition_columns
+    keys = partition_keys(table)
     return [
         LoggedRemove(
             logged_path=path,
             size=int(by_path[path]["size_bytes"]),
-            partition_values={
-                c: serialize_partition_value(by_path[path].get(f"partition.{c}"))
-                for c in partition_by
-            },
+            partition_values=logged_partition_values(by_path[path], keys),
             vector=(vectors or {}).get(path),
         )
         for path in logged_paths
     ]
+
+
+def partition_keys(table: DeltaTable) -> dict[str, str]:
+    """Each partition column of ``table`` -> the key the log gives its values: its physical
+    name under column mapping (PROTOCOL.md, "Column Mapping"), else its name."""
+    shape = TableShape.of_table(table)
+    return {
+        c: shape.schema.field(c).physical_name if shape.column_mapping else c
+        for c in shape.partition_by
+    }
+
+
+def logged_partition_values(
+    add: Mapping[str, Any], keys: Mapping[str, str]
+) -> dict[str, str | None]:
+    """The partition values of a live file (a row of ``get_add_actions(flatten=True)``, which
+    names them by column) keyed as the log keys them (``keys``: :func:`partition_keys`)."""
+    return {key: serialize_partition_value(add.get(f"partition.{c}")) for c, key in keys.items()}
 
 
 def write_commit_with_changes(

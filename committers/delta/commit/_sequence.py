@@ -37,13 +37,13 @@ from deltalake.exceptions import (
 )
 from deltalake.transaction import AddAction, RemoveAction
 
+from committers.delta.commit._change_data_commit import logged_partition_values, partition_keys
 from committers.delta.commit._log_rewrite import needs_log_rewrite, write_log_rewrite
 from committers.delta.storage._s3errors import STAGING_ERRORS
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import DELTA_RS_REFUSES
-from committers.delta.table._schema import serialize_partition_value
 from committers.delta.write._committable import StagedFile
 from framework.errors import CommitConflictError, CommitStateUnknownError
 from framework.retry import Backoff, CommitResult, Verdict, commit_with_reconciliation
@@ -183,14 +183,10 @@ def _removes_of_every_live_file(
     """A remove of each live file of ``table``'s snapshot (decoded paths, with sizes and
     partition values), and the deletion vectors among them (decoded path -> vector)."""
     now = int(time.time() * 1000)
-    partition_by = table.metadata().partition_columns
+    keys = partition_keys(table)
     removes = [
         RemoveAction(
-            unquote(a["path"]),
-            True,
-            now,
-            int(a["size_bytes"]),
-            {c: serialize_partition_value(a.get(f"partition.{c}")) for c in partition_by},
+            unquote(a["path"]), True, now, int(a["size_bytes"]), logged_partition_values(a, keys)
         )
         for a in pa.table(table.get_add_actions(flatten=True)).to_pylist()
     ]

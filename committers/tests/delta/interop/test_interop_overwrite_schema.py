@@ -172,9 +172,10 @@ def _adds_of(uri: str) -> list[dict]:
 
 
 def test_a_column_mapped_table_gets_new_ids_and_physical_names(delta_spark, tmp_path):
-    """Column mapping (name mode) with a renamed column: each new column gets an id past
-    ``maxColumnId`` and a physical name no file of the table ever used, so an old file's
-    ``v`` can never be read as a new column; delta-spark and delta-rs read the new rows."""
+    """Column mapping (name mode), partitioned, with a renamed column: each new column gets an
+    id past ``maxColumnId`` and a physical name no file of the table ever used, so an old
+    file's ``v`` can never be read as a new column; delta-spark and delta-rs read the new
+    rows."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _create(
@@ -183,7 +184,7 @@ def test_a_column_mapped_table_gets_new_ids_and_physical_names(delta_spark, tmp_
         OLD,
         OLD_ROWS,
         "ALTER TABLE {t} RENAME COLUMN v TO name",
-        clauses="TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
+        clauses="PARTITIONED BY (p) TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
     )
     old = json.loads(DeltaTable(uri).schema().to_json())
     old_max = int(DeltaTable(uri).metadata().configuration["delta.columnMapping.maxColumnId"])
@@ -196,6 +197,12 @@ def test_a_column_mapped_table_gets_new_ids_and_physical_names(delta_spark, tmp_
     old_names = {f["metadata"]["delta.columnMapping.physicalName"] for f in old["fields"]}
     new_names = {f["metadata"]["delta.columnMapping.physicalName"] for f in new["fields"]}
     assert not old_names & new_names
+    # The removes key the old files' partition values by physical name, as the log does.
+    (p,) = [f for f in old["fields"] if f["name"] == "p"]
+    removes = [a["remove"] for a in _log(uri, DeltaTable(uri).version()) if "remove" in a]
+    assert {tuple(r["partitionValues"]) for r in removes} == {
+        (p["metadata"]["delta.columnMapping.physicalName"],)
+    }
     # Not DuckDB: its delta extension reads the partition columns of column-mapped tables as
     # NULL, delta-spark's own tables included (DuckDB 1.5.5).
     assert _read_by(spark, uri, "datafusion") == _expected()
