@@ -419,10 +419,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             spelled = {name.lower(): name for name in schema.names}  # names match ignoring case
             partition_by = [spelled.get(name.lower(), name) for name in self.partition_by]
             check_partition_columns(schema, partition_by, self.option_spelling)
-            if existing is None or table is None:
+            if table is None:
                 shape = TableShape.for_new_table(schema, partition_by)
             else:
-                shape = replaced_shape(existing, schema, partition_by, str(table.metadata().id))
+                shape = replaced_shape(table, schema, partition_by)
         else:
             shape = existing
             table_partitioning = [name.lower() for name in shape.partition_by]

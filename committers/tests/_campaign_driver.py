@@ -40,8 +40,6 @@ AUTO_COMPACT_MIN_FILES = 3
 
 def main() -> None:
     source, table, checkpoint, staging, extra, kind = sys.argv[1:7]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ[DRIVER_GROUP_VARIABLE] = str(os.getpgid(0))  # a worker's crash kills us all
     from committers.delta import DeltaSink, register
     from committers.delta.write import AutoCompact

@@ -35,8 +35,6 @@ def relay(spark, source: str, target: str, checkpoint: Path, *, available_now: b
 
 def main() -> None:
     source, target, checkpoint = sys.argv[1:4]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from committers.tests._spark_helpers import driver_session
     from framework._crash import DRIVER_GROUP_VARIABLE
 

@@ -10,9 +10,6 @@ decides where the process dies; prints ``STATUS <status>`` when it ends on its o
 
 from __future__ import annotations
 
-import os
-import sys
-
 APP_ID = "evens"
 REPLACE_WHERE = "is_even = true"
 NEW_IDS = (10, 12)
@@ -30,16 +27,7 @@ def overwrite_evens(spark, table: str):  # type: ignore[no-untyped-def]
     return TwoPhaseSink(sink).write(rows, epoch_id=1)
 
 
-def main() -> None:
-    (table,) = sys.argv[1:2]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from committers.tests._spark_helpers import driver_session
-
-    spark = driver_session()
-    print("STATUS", overwrite_evens(spark, table).status, flush=True)
-    spark.stop()
-
-
 if __name__ == "__main__":
-    main()
+    from committers.tests._spark_helpers import run_bounded_driver
+
+    run_bounded_driver(overwrite_evens)

@@ -11,9 +11,6 @@ on its own.
 
 from __future__ import annotations
 
-import os
-import sys
-
 APP_ID = "reshape"
 #: (id, name, day, score)
 NEW_ROWS = [
@@ -35,16 +32,7 @@ def overwrite_schema(spark, table: str):  # type: ignore[no-untyped-def]
     return TwoPhaseSink(sink).write(rows, epoch_id=1)
 
 
-def main() -> None:
-    (table,) = sys.argv[1:2]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from committers.tests._spark_helpers import driver_session
-
-    spark = driver_session()
-    print("STATUS", overwrite_schema(spark, table).status, flush=True)
-    spark.stop()
-
-
 if __name__ == "__main__":
-    main()
+    from committers.tests._spark_helpers import run_bounded_driver
+
+    run_bounded_driver(overwrite_schema)

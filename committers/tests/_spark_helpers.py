@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from committers.delta import DeltaSink
@@ -21,8 +22,11 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def driver_session():
-    """The local[2] SparkSession of a test driver run as its own process; with the jars of
-    `make jars` (hadoop-aws: Spark's staging on S3) when they were fetched."""
+    """The local[2] SparkSession of a test driver run as its own process (its Python workers
+    run this interpreter, its JVM binds the loopback); with the jars of `make jars`
+    (hadoop-aws: Spark's staging on S3) when they were fetched."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from committers.tests._jars import fetched_jars, local_jar_configs
@@ -40,6 +44,16 @@ def driver_session():
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def run_bounded_driver(write) -> None:  # type: ignore[no-untyped-def]
+    """The ``main`` of a driver of one bounded write, run as ``python -m DRIVER TABLE``:
+    ``write(spark, table)`` returns its ``BatchMetrics``; prints ``STATUS <status>`` when the
+    process ends on its own (``SPARKSINK_CRASH_AT`` may kill it before)."""
+    (table,) = sys.argv[1:2]
+    spark = driver_session()
+    print("STATUS", write(spark, table).status, flush=True)
+    spark.stop()
 
 
 def write_source_file(directory: Path, name: str, ids) -> None:

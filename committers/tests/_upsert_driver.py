@@ -122,8 +122,6 @@ def run_then_kill_a_replay(spark, source: Path, table: str, checkpoint: Path, ba
 def main() -> None:
     source, table, checkpoint = sys.argv[1:4]
     logging.getLogger("framework.spark").setLevel(logging.INFO)  # a line per batch, on stderr
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from committers.tests._spark_helpers import driver_session
 
     spark = driver_session()

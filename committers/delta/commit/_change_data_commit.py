@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
@@ -27,12 +28,19 @@ from deltalake import CommitProperties, DeltaTable
 from committers.delta.commit._log_rewrite import put_log_commit, remove_entry
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
+from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._rules import TableShape
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._table import delta_rs_path
 from committers.delta.write._committable import MarkedFile, StagedFile
 
-__all__ = ["LoggedRemove", "add_entry", "live_removes", "write_commit_with_changes"]
+__all__ = [
+    "LoggedRemove",
+    "add_entry",
+    "every_live_remove",
+    "live_removes",
+    "write_commit_with_changes",
+]
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,16 @@ def live_removes(
         )
         for path in logged_paths
     ]
+
+
+def every_live_remove(table: DeltaTable, location: TableLocation) -> list[LoggedRemove]:
+    """:class:`LoggedRemove` of every live file of ``table``'s snapshot, each with its deletion
+    vector: what an overwrite that removes the whole table by name commits."""
+    live = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    reader_features = table.protocol().reader_features or ()
+    vectors = table_deletion_vectors(location, reader_features, table.version())
+    by_logged_path = {p: vectors[unquote(p)] for p in live if unquote(p) in vectors}
+    return live_removes(table, live, by_logged_path)
 
 
 def partition_keys(table: DeltaTable) -> dict[str, str]:

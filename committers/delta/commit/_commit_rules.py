@@ -171,12 +171,7 @@ class CommitRules:
         (``schema_mode="overwrite"``), or evolved (:meth:`_evolve_schema`)."""
         if not self._replaces_schema:
             return self._evolve_schema(table)
-        return replaced_shape(
-            TableShape.of_table(table),
-            self._input_schema,
-            self._plan.shape.partition_by,
-            str(table.metadata().id),
-        )
+        return replaced_shape(table, self._input_schema, self._plan.shape.partition_by)
 
     def _evolve_schema(self, table: DeltaTable) -> TableShape:
         """In merge mode, first add the input's new columns to the table; returns the table's

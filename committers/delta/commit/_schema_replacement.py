@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from urllib.parse import unquote
 
-import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 
-from committers.delta.commit._change_data_commit import add_entry, live_removes
+from committers.delta.commit._change_data_commit import add_entry, every_live_remove
 from committers.delta.commit._log_rewrite import put_log_commit
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._rules import TableShape
 from committers.delta.table._schema_overwrite import metadata_action
 from committers.delta.write._committable import StagedFile
@@ -48,12 +45,8 @@ def write_schema_replacement(
         OSError: the outcome is unknown (the caller reconciles by the txn or the run id).
     """
     read_version = table.version()
-    live = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
-    reader_features = table.protocol().reader_features or ()
-    vectors = table_deletion_vectors(location, reader_features, read_version)
-    by_logged_path = {p: vectors[unquote(p)] for p in live if unquote(p) in vectors}
     now = int(time.time() * 1000)
-    removes = [r.entry(now) for r in live_removes(table, live, by_logged_path)]
+    removes = [r.entry(now) for r in every_live_remove(table, location)]
     current = table.metadata()
     put_log_commit(
         location,

@@ -37,12 +37,11 @@ from deltalake.exceptions import (
 )
 from deltalake.transaction import AddAction, RemoveAction
 
-from committers.delta.commit._change_data_commit import logged_partition_values, partition_keys
+from committers.delta.commit._change_data_commit import every_live_remove
 from committers.delta.commit._log_rewrite import needs_log_rewrite, write_log_rewrite
 from committers.delta.storage._s3errors import STAGING_ERRORS
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
-from committers.delta.table._live_vectors import table_deletion_vectors
 from committers.delta.table._protocol import DELTA_RS_REFUSES
 from committers.delta.write._committable import StagedFile
 from framework.errors import CommitConflictError, CommitStateUnknownError
@@ -177,23 +176,6 @@ def delta_rs_commits(table: DeltaTable) -> bool:
     return not set(table.protocol().writer_features or ()) & DELTA_RS_REFUSES
 
 
-def _removes_of_every_live_file(
-    table: DeltaTable, location: TableLocation
-) -> tuple[list[RemoveAction], dict[str, DeletionVectorDescriptor]]:
-    """A remove of each live file of ``table``'s snapshot (decoded paths, with sizes and
-    partition values), and the deletion vectors among them (decoded path -> vector)."""
-    now = int(time.time() * 1000)
-    keys = partition_keys(table)
-    removes = [
-        RemoveAction(
-            unquote(a["path"]), True, now, int(a["size_bytes"]), logged_partition_values(a, keys)
-        )
-        for a in pa.table(table.get_add_actions(flatten=True)).to_pylist()
-    ]
-    reader_features = table.protocol().reader_features or ()
-    return removes, table_deletion_vectors(location, reader_features, table.version())
-
-
 def write_transaction(
     table: DeltaTable,
     actions: Sequence[AddAction | RemoveAction],
@@ -219,7 +201,13 @@ def write_transaction(
                 "removes every live file (no partition filters)"
             )
         if mode == "overwrite":
-            removes, vectors = _removes_of_every_live_file(table, location)
+            now = int(time.time() * 1000)
+            live = every_live_remove(table, location)
+            removes = [
+                RemoveAction(unquote(r.logged_path), True, now, r.size, dict(r.partition_values))
+                for r in live
+            ]
+            vectors = {unquote(r.logged_path): r.vector for r in live if r.vector is not None}
             actions = [*removes, *actions]
         write_log_rewrite(
             table,

@@ -36,7 +36,7 @@ from committers.delta.table._change_feed import (
 )
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor, deleted_rows_of
 from committers.delta.table._delta_schema import quote, spark_type
-from committers.delta.table._rules import WritePlan
+from committers.delta.table._rules import WritePlan, as_column_type
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.write._committable import StagedFile
@@ -176,10 +176,8 @@ class StoredRows:
 
         shape = self._plan.shape
         f = shape.schema.field(column)
-        spelled = spark_type(f.type, physical=False)
-        if column in shape.defaulted_columns:
-            return F.expr(f"CAST(({f.default_expression}) AS {spelled})")
-        return F.lit(None).cast(spelled)
+        default = f.default_expression if column in shape.defaulted_columns else None
+        return F.expr(as_column_type(default, f))
 
     def _scan(
         self,

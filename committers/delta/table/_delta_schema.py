@@ -28,6 +28,7 @@ __all__ = [
     "arrow_type",
     "parse_schema",
     "quote",
+    "schema_json",
     "spark_type",
     "without_field_metadata",
 ]
@@ -148,6 +149,42 @@ def parse_schema(schema_json: str) -> StructType:
     if not isinstance(parsed, StructType):
         raise ValueError("a Delta schema is a struct")
     return parsed
+
+
+def schema_json(struct: StructType) -> str:
+    """The Delta schema string of ``struct``, field metadata included: the inverse of
+    :func:`parse_schema`, as a ``metaData`` action's ``schemaString`` holds it."""
+    return json.dumps(_raw_type(struct), separators=(",", ":"))
+
+
+def _raw_type(t: DeltaType) -> Any:
+    if isinstance(t, StructType):
+        return {
+            "type": "struct",
+            "fields": [
+                {
+                    "name": f.name,
+                    "type": _raw_type(f.type),
+                    "nullable": f.nullable,
+                    "metadata": dict(f.metadata),
+                }
+                for f in t.fields
+            ],
+        }
+    if isinstance(t, ArrayType):
+        return {
+            "type": "array",
+            "elementType": _raw_type(t.element),
+            "containsNull": t.contains_null,
+        }
+    if isinstance(t, MapType):
+        return {
+            "type": "map",
+            "keyType": _raw_type(t.key),
+            "valueType": _raw_type(t.value),
+            "valueContainsNull": t.value_contains_null,
+        }
+    return t
 
 
 def parse_arrow_schema(schema: pa.Schema) -> StructType:

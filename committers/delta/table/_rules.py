@@ -63,6 +63,7 @@ __all__ = [
     "FileLayout",
     "TableShape",
     "WritePlan",
+    "as_column_type",
     "new_table_schema",
     "plan_write",
 ]
@@ -295,18 +296,24 @@ def _defined_column(
         if spelled_differently(source.type, table_type):
             expression = f"CAST({expression} AS {spark_type(f.type, physical=False)})"
     elif f.name in shape.generated_columns:
-        expression = f"CAST(({f.generation_expression}) AS {spark_type(f.type, physical=False)})"
+        expression = as_column_type(f.generation_expression, f)
         origin = f"generation expression of column {f.name!r}"
     elif f.is_identity and IDENTITY_FEATURE in shape.features:
         expression = placeholder_sql(IdentityColumn.of(f))  # values reserved per batch
     elif f.name in shape.defaulted_columns:
         # Spark SQL, as delta-spark stores it; evaluated by Spark once per batch's query (so
         # current_timestamp() is one instant per batch, as per statement in delta-spark).
-        expression = f"CAST(({f.default_expression}) AS {spark_type(f.type, physical=False)})"
+        expression = as_column_type(f.default_expression, f)
         origin = f"default of column {f.name!r}"
     else:
-        expression = f"CAST(NULL AS {spark_type(f.type, physical=False)})"
+        expression = as_column_type(None, f)
     return PlannedColumn(name=f.name, expression=expression, origin=origin)
+
+
+def as_column_type(sql: str | None, f: DeltaField) -> str:
+    """Spark SQL ``sql`` (a generation expression, a default; ``None``: NULL) cast to
+    ``f``'s type."""
+    return f"CAST(({sql or 'NULL'}) AS {spark_type(f.type, physical=False)})"
 
 
 def length_limit(f: DeltaField) -> tuple[str, int] | None:
@@ -362,7 +369,7 @@ def _checks(shape: TableShape, given: Mapping[str, pa.Field]) -> list[RowCheck]:
             )
     for f in shape.schema.fields:
         if f.name in shape.generated_columns and f.name.lower() in given:
-            expected = f"CAST(({f.generation_expression}) AS {spark_type(f.type, physical=False)})"
+            expected = as_column_type(f.generation_expression, f)
             checks.append(
                 RowCheck(
                     error="ConstraintViolationError",

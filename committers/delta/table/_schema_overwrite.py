@@ -23,20 +23,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 
 from committers.delta.table._delta_schema import (
     COLUMN_ID,
     PHYSICAL_NAME,
-    ArrayType,
-    MapType,
-    StructType,
     parse_schema,
+    schema_json,
 )
 from committers.delta.table._rules import TableShape, new_table_schema
 from framework.errors import SchemaMismatchError
 
-__all__ = ["MAX_COLUMN_ID", "metadata_action", "replaced_shape", "schema_string"]
+__all__ = ["MAX_COLUMN_ID", "metadata_action", "replaced_shape"]
 
 MAX_COLUMN_ID = "delta.columnMapping.maxColumnId"
 _PART = r"(?:`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)"
@@ -55,17 +54,18 @@ _SQL_WORDS = frozenset({
 
 
 def replaced_shape(
-    existing: TableShape, input_schema: pa.Schema, partition_by: Sequence[str], table_id: str
+    table: DeltaTable, input_schema: pa.Schema, partition_by: Sequence[str]
 ) -> TableShape:
-    """The table once its schema is replaced by ``input_schema``'s, partitioned by
-    ``partition_by``; ``table_id`` (the metadata's ``id``) seeds the physical names under
-    column mapping, so planning it again against the same table gives the same shape.
+    """``table`` once its schema is replaced by ``input_schema``'s, partitioned by
+    ``partition_by``. Under column mapping the table's id seeds the new physical names, so
+    planning it again against the same table gives the same shape.
 
     Raises:
         SchemaMismatchError: a CHECK constraint of the table names a column the new schema
             lacks (delta-spark refuses the same overwrite), or the input needs a feature
             the table's protocol lacks (TIMESTAMP_NTZ).
     """
+    existing = TableShape.of_table(table)
     raw = json.loads(DeltaSchema.from_arrow(new_table_schema(input_schema)).to_json())
     if '"timestamp_ntz"' in json.dumps(raw) and "timestampNtz" not in existing.features:
         raise SchemaMismatchError(
@@ -78,7 +78,7 @@ def replaced_shape(
     configuration = dict(existing.configuration)
     if existing.column_mapping:
         next_id = int(configuration.get(MAX_COLUMN_ID, "0"))
-        next_id = _assign_column_mapping(raw, next_id, table_id)
+        next_id = _assign_column_mapping(raw, next_id, str(table.metadata().id))
         configuration[MAX_COLUMN_ID] = str(next_id)
     shape = TableShape(
         schema=parse_schema(json.dumps(raw)),
@@ -143,45 +143,6 @@ def _unquoted(part: str) -> str:
     return part[1:-1].replace("``", "`") if part.startswith("`") else part
 
 
-def schema_string(shape: TableShape) -> str:
-    """The ``schemaString`` of ``shape``'s schema, field metadata included."""
-    return json.dumps(_raw_struct(shape.schema.fields), separators=(",", ":"))
-
-
-def _raw_struct(fields: Sequence[Any]) -> dict[str, Any]:
-    return {
-        "type": "struct",
-        "fields": [
-            {
-                "name": f.name,
-                "type": _raw_type(f.type),
-                "nullable": f.nullable,
-                "metadata": dict(f.metadata),
-            }
-            for f in fields
-        ],
-    }
-
-
-def _raw_type(t: Any) -> Any:
-    if isinstance(t, StructType):
-        return _raw_struct(t.fields)
-    if isinstance(t, ArrayType):
-        return {
-            "type": "array",
-            "elementType": _raw_type(t.element),
-            "containsNull": t.contains_null,
-        }
-    if isinstance(t, MapType):
-        return {
-            "type": "map",
-            "keyType": _raw_type(t.key),
-            "valueType": _raw_type(t.value),
-            "valueContainsNull": t.value_contains_null,
-        }
-    return t
-
-
 def metadata_action(current: Mapping[str, Any], shape: TableShape) -> dict[str, Any]:
     """The ``metaData`` action replacing ``current`` (the table's, as the log spells it):
     its id, name, description, format and creation time kept; schema, partition columns and
@@ -195,7 +156,7 @@ def metadata_action(current: Mapping[str, Any], shape: TableShape) -> dict[str, 
             else {}
         ),
         "format": current.get("format") or {"provider": "parquet", "options": {}},
-        "schemaString": schema_string(shape),
+        "schemaString": schema_json(shape.schema),
         "partitionColumns": list(shape.partition_by),
         "configuration": dict(shape.configuration),
         **(
