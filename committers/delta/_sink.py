@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import inspect
 import logging
@@ -10,19 +9,26 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from committers.delta._sink_options import (
+    DELTA_SPARK_SPELLINGS,
+    check_app_id,
+    check_schema_mode,
+    resolved_upsert_spec,
+    resolved_writer_options,
+)
 from committers.delta.commit._auto_compact import AutoCompactor
 from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
 from committers.delta.commit._log_store import LogStore
 from committers.delta.commit._vacuum import vacuum_table
-from committers.delta.spark._s3a import prepare_s3a
+from committers.delta.spark._s3a import prepare_s3a, require_s3a
 from committers.delta.spark._spark_staging import SparkParquetStager, hadoop_can_write
 from committers.delta.spark._upsert import UpsertStager
 from committers.delta.spark._upsert_marks import DeletionVectorMode, check_deletion_vector_mode
 from committers.delta.spark._upsert_plan import (
+    UPSERT_UNDER_CONNECT,
     UpsertPlan,
     check_upsert_table,
     classic_session,
@@ -48,7 +54,7 @@ from committers.delta.table._schema import (
     normalize_schema,
 )
 from committers.delta.table._schema_overwrite import replaced_shape
-from committers.delta.table._table import open_table, remove_orphan_files
+from committers.delta.table._table import bytes_per_row, open_table, remove_orphan_files
 from committers.delta.write._auto_compact import AutoCompact, check_auto_compact
 from committers.delta.write._committable import DeltaCommittable, StagedFile, StagedFileSerializer
 from committers.delta.write._options import (
@@ -63,7 +69,7 @@ from committers.delta.write._options import (
     WriterOptions,
     check_staging,
 )
-from committers.delta.write._upsert_spec import UpsertSpec, given_keywords
+from committers.delta.write._upsert_spec import UpsertSpec
 from committers.delta.write._writer import DeltaStagingWriter
 from framework.connector import refuse_unknown_options
 from framework.errors import ConfigurationError, SchemaMismatchError, SinkError
@@ -79,73 +85,8 @@ WriteMode = Literal["append", "overwrite", "upsert"]
 __all__ = ["DeltaSink"]
 
 DEFAULT_ORPHAN_RETENTION = datetime.timedelta(days=7)
-_UPSERT_UNDER_CONNECT = (
-    "mode='upsert' cannot run under Spark Connect: it rewrites files with Spark's own Parquet "
-    "reader and writer, which need classic Spark in this process, and this is a Spark Connect "
-    "session (or DataFrame). Run the upsert with a classic SparkSession (e.g. in a job "
-    "submitted with spark-submit), or use delta-rs's DeltaTable.merge()."
-)
+_UPSERT_READS = "mode='upsert' rewrites files with Spark's own Parquet reader and writer"
 DEFAULT_TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
-
-
-def _bytes_per_row(table: DeltaTable) -> float | None:
-    """Compressed bytes per row in the table's current files (None if it has no rows)."""
-    actions = pa.table(table.get_add_actions(flatten=True))
-    rows = pc.sum(actions.column("num_records")).as_py() if actions.num_rows else 0
-    if not rows:
-        return None
-    return float(pc.sum(actions.column("size_bytes")).as_py()) / rows
-
-
-def _check_app_id(app_id: str | None) -> None:
-    if app_id is None:
-        return
-    if not isinstance(app_id, str) or not app_id.strip():
-        raise ConfigurationError(f"app_id must be a non-empty string or None, got {app_id!r}")
-    if any(ord(c) < 32 for c in app_id):
-        raise ConfigurationError(f"app_id must not contain control characters: {app_id!r}")
-
-
-#: delta-spark writer options (``.option(name, ...)``) and where their meaning lives here.
-DELTA_SPARK_SPELLINGS = {
-    "mergeSchema": "use schema_mode='merge' to add the input's new columns to the table",
-    "merge_schema": "use schema_mode='merge' to add the input's new columns to the table",
-    "replaceWhere": "use mode='overwrite', replace_where='...'",
-    "options": "pass each option as a keyword argument of DeltaSink, and storage settings as "
-    "storage_options={...} (AWS_ENDPOINT_URL, AWS_REGION, ...)",
-    "partitionBy": "use partition_by=[...]",
-    "path": "the table URI is DeltaSink's first argument, table_uri",
-    "txnAppId": "use app_id=...; the batch id is the txn version",
-    "txnVersion": "the streaming batch id is the txn version; for a bounded write pass "
-    "epoch_id= to TwoPhaseSink(...).write(df, epoch_id=...)",
-    "checkpointLocation": "pass checkpoint_location= to TwoPhaseSink(...).write_stream(df, ...)",
-    "maxRecordsPerFile": "use target_file_size=<bytes> to bound file sizes",
-    "overwriteSchema": "use mode='overwrite', schema_mode='overwrite'",
-    "overwrite_schema": "use mode='overwrite', schema_mode='overwrite'",
-    "userMetadata": "use user_metadata='...'",
-    "outputMode": "pass output_mode= to TwoPhaseSink(...).write_stream(df, ...)",
-}
-
-
-def _check_schema_mode(schema_mode: object, mode: object, replace_where: object) -> None:
-    """Raises: ConfigurationError: an unknown ``schema_mode``, or ``"overwrite"`` outside an
-    overwrite of the whole table."""
-    if schema_mode not in ("strict", "merge", "overwrite"):
-        raise ConfigurationError(
-            f"schema_mode must be 'strict', 'merge' or 'overwrite', got {schema_mode!r}"
-        )
-    if schema_mode == "overwrite" and mode != "overwrite":
-        raise ConfigurationError(
-            "schema_mode='overwrite' replaces the table's schema together with all its rows: "
-            f"it needs mode='overwrite' (got mode={mode!r}). To add the input's new columns "
-            "to the table instead, use schema_mode='merge'."
-        )
-    if schema_mode == "overwrite" and replace_where is not None:
-        raise ConfigurationError(
-            "schema_mode='overwrite' cannot be combined with replace_where (as delta-spark "
-            "refuses overwriteSchema with replaceWhere): the rows replace_where keeps would "
-            "not fit the new schema. Overwrite the whole table, or keep the schema."
-        )
 
 
 class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
@@ -276,7 +217,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         )
         if not isinstance(table_uri, str) or not table_uri:
             raise ConfigurationError(f"table_uri must be a non-empty string, got {table_uri!r}")
-        _check_app_id(app_id)
+        check_app_id(app_id)
         if isinstance(partition_by, str):
             partition_by = [partition_by]
         partition_by = list(partition_by)
@@ -285,14 +226,14 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         check_staging(staging)
         self.staging: Staging = staging
         self._logged_staging = False
-        _check_schema_mode(schema_mode, mode, replace_where)
+        check_schema_mode(schema_mode, mode, replace_where)
         self.app_id = app_id
         self.partition_by = partition_by
         self.replaces_schema = schema_mode == "overwrite"
         # (an overwritten schema is the input's: the rows are then planned strictly)
         self.schema_mode: SchemaMode = "merge" if schema_mode == "merge" else "strict"
         self.location = TableLocation.of(table_uri, storage_options)
-        self.options = _writer_options(
+        self.options = resolved_writer_options(
             writer_options,
             target_file_size=target_file_size,
             row_group_bytes=row_group_bytes,
@@ -321,7 +262,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             )
         if replace_where is not None and mode != "overwrite":
             raise ConfigurationError("replace_where needs mode='overwrite'")
-        self._upsert_spec = _upsert_spec(
+        self._upsert_spec = resolved_upsert_spec(
             mode, upsert, keys, sequence_by, delete_when, partial_updates
         )
         if self._upsert_spec is not None and staging == "arrow":
@@ -408,7 +349,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         table = open_table(self.location, credentials)
         # The committer created next starts from this handle: a (re)start opens the table once.
         self._opened = None if table is None else (table, credentials)
-        self._bytes_per_row = None if table is None else _bytes_per_row(table)
+        self._bytes_per_row = None if table is None else bytes_per_row(table)
         existing = None if table is None else TableShape.of_table(table)
         if session is not None:
             if existing is not None:  # a feature we cannot honour first, then the input
@@ -471,7 +412,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         """
         session = classic_session()
         if session is None:
-            raise ConfigurationError(_UPSERT_UNDER_CONNECT)
+            raise ConfigurationError(UPSERT_UNDER_CONNECT)
         if not hadoop_can_write(session.range(0), self.location.uri):
             raise ConfigurationError(
                 f"mode='upsert' rewrites files with Spark's own Parquet reader and writer, "
@@ -479,21 +420,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 "without hadoop-aws, say). Use a URI Spark can write (s3a:// with hadoop-aws "
                 "on the classpath), or delta-rs's DeltaTable.merge()."
             )
-        self._check_upsert_reaches_s3(session)
+        require_s3a(session, self.location, _UPSERT_READS)
         return session
-
-    def _check_upsert_reaches_s3(self, session: SparkSession) -> None:
-        """On S3, configure Spark's s3a from the table's options (see ``_s3a``).
-
-        Raises:
-            ConfigurationError: Spark's s3a cannot reach the table as delta-rs does.
-        """
-        problem = prepare_s3a(session, self.location) if self.location.is_s3 else None
-        if problem:
-            raise ConfigurationError(
-                f"mode='upsert' rewrites files with Spark's own Parquet reader and writer, "
-                f"which cannot reach {self.location.uri} here: {problem}."
-            )
 
     def _plan_upsert(
         self, session: SparkSession, schema: pa.Schema, table: DeltaTable | None
@@ -569,7 +497,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         _, plan = self._prepared()
         if self._upsert is not None:
             if is_connect_dataframe(df):
-                raise ConfigurationError(_UPSERT_UNDER_CONNECT)
+                raise ConfigurationError(UPSERT_UNDER_CONNECT)
             if not hadoop_can_write(df, self.location.uri):
                 raise ConfigurationError(
                     f"mode='upsert' cannot write {self.location.uri} from this DataFrame: the "
@@ -578,7 +506,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     "write, or delta-rs's DeltaTable.merge()."
                 )
             committer = self._committer
-            self._check_upsert_reaches_s3(df.sparkSession)
+            require_s3a(df.sparkSession, self.location, _UPSERT_READS)
             return UpsertStager(
                 self.location,
                 plan,
@@ -760,57 +688,3 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             + (f", keys={list(self._upsert_spec.keys)!r}" if self._upsert_spec else "")
             + ")"
         )
-
-
-def _writer_options(given: WriterOptions | None, **keywords: Any) -> WriterOptions:
-    """``given``, or the options the keywords spell (each keyword defaults to the field's
-    default).
-
-    Raises:
-        ConfigurationError: ``given`` is no :class:`WriterOptions`, or a keyword other than
-            its default comes with it (which of the two would win is not obvious).
-    """
-    if given is None:
-        return WriterOptions(**keywords)
-    if not isinstance(given, WriterOptions):
-        raise ConfigurationError(
-            f"writer_options must be a WriterOptions, got {type(given).__name__}"
-        )
-    defaults = {f.name: f.default for f in dataclasses.fields(WriterOptions)}
-    both = sorted(name for name, value in keywords.items() if value != defaults[name])
-    if both:
-        raise ConfigurationError(
-            f"{', '.join(both)} given both as keyword and through writer_options: set "
-            f"{'it' if len(both) == 1 else 'them'} in the WriterOptions only"
-        )
-    return given
-
-
-def _upsert_spec(
-    mode: str,
-    given: UpsertSpec | None,
-    keys: Sequence[str] | None,
-    sequence_by: str | Sequence[str] | None,
-    delete_when: str | None,
-    partial_updates: bool,
-) -> UpsertSpec | None:
-    """The upsert's spec: ``given``, or the one the keywords spell (``None`` unless
-    ``mode="upsert"``).
-
-    Raises:
-        ConfigurationError: ``given`` without ``mode="upsert"``, together with an upsert
-            keyword, or not an :class:`UpsertSpec`; or the keywords are invalid.
-    """
-    if given is None:
-        return UpsertSpec.of(mode, keys, sequence_by, delete_when, partial_updates)
-    if not isinstance(given, UpsertSpec):
-        raise ConfigurationError(f"upsert must be an UpsertSpec, got {type(given).__name__}")
-    if mode != "upsert":
-        raise ConfigurationError(f"upsert=UpsertSpec(...) needs mode='upsert' (got mode={mode!r})")
-    keywords = given_keywords(keys, sequence_by, delete_when, partial_updates)
-    if keywords:
-        raise ConfigurationError(
-            f"{', '.join(keywords)} given both as keyword and through upsert=UpsertSpec(...): "
-            "set them in the UpsertSpec only"
-        )
-    return given

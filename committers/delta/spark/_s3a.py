@@ -55,7 +55,7 @@ from framework.errors import ConfigurationError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["S3A_SCHEME", "prepare_s3a", "s3a_settings"]
+__all__ = ["S3A_SCHEME", "prepare_s3a", "require_s3a", "s3a_settings"]
 
 S3A_SCHEME = "s3a"
 SIMPLE_PROVIDER = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
@@ -124,6 +124,18 @@ def _credential_settings(credentials: ResolvedCredentials) -> dict[str, str]:
         settings["session.token"] = values["AWS_SESSION_TOKEN"]
         settings["aws.credentials.provider"] = TEMPORARY_PROVIDER
     return settings
+
+
+def require_s3a(spark: SparkSession, location: TableLocation, needs: str) -> None:
+    """On S3, :func:`prepare_s3a` for ``needs`` (what must use Spark's s3a, as a sentence
+    start).
+
+    Raises:
+        ConfigurationError: Spark's s3a cannot reach ``location`` as delta-rs does.
+    """
+    problem = prepare_s3a(spark, location) if location.is_s3 else None
+    if problem:
+        raise ConfigurationError(f"{needs}, which cannot reach {location.uri} here: {problem}.")
 
 
 def prepare_s3a(spark: SparkSession, location: TableLocation) -> str | None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "REPEATED_KEY",
     "REPEATED_KEY_HINT",
+    "UPSERT_UNDER_CONNECT",
     "UpsertPlan",
     "check_upsert_table",
     "classic_session",
@@ -38,6 +39,13 @@ __all__ = [
     "repeated_key",
     "repeated_key_message",
 ]
+
+UPSERT_UNDER_CONNECT = (
+    "mode='upsert' cannot run under Spark Connect: it rewrites files with Spark's own Parquet "
+    "reader and writer, which need classic Spark in this process, and this is a Spark Connect "
+    "session (or DataFrame). Run the upsert with a classic SparkSession (e.g. in a job "
+    "submitted with spark-submit), or use delta-rs's DeltaTable.merge()."
+)
 
 log = logging.getLogger("committers.delta")
 

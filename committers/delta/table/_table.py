@@ -14,6 +14,7 @@ from urllib.parse import quote as url_quote
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
@@ -40,6 +41,7 @@ __all__ = [
     "CommitRecord",
     "action_paths",
     "added_paths",
+    "bytes_per_row",
     "check_cleanable",
     "cleanup_candidates",
     "delete_files",
@@ -64,6 +66,15 @@ COMMIT_WRITER = "sink.writerIdentity"
 COMMIT_RUN_ID = "sink.runId"
 
 _HISTORY_WINDOWS = (64, 4096)  # how far back to look for an epoch's commit (recovery only)
+
+
+def bytes_per_row(table: DeltaTable) -> float | None:
+    """Compressed bytes per row in the table's current files (None if it has no rows)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    rows = pc.sum(actions.column("num_records")).as_py() if actions.num_rows else 0
+    if not rows:
+        return None
+    return float(pc.sum(actions.column("size_bytes")).as_py()) / rows
 
 
 def _is_empty_or_missing(location: TableLocation) -> bool:

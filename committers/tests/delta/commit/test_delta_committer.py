@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from committers.delta import DeltaGlobalCommitter, DeltaSink, StagedFile, StagedFileSerializer
-from committers.delta.commit import _committer as committer_module
+from committers.delta.commit import _epoch_write as epoch_write_module
 from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._table import open_table
@@ -596,7 +596,7 @@ def test_a_one_off_commit_whose_response_is_lost_is_found_by_run_id(tmp_path, mo
     the second appends: both paths."""
     sink = make_sink(tmp_path)
     landed: list[str] = []
-    real_create = committer_module.create_table_with_add_actions
+    real_create = epoch_write_module.create_table_with_add_actions
     real_append = DeltaTable.create_write_transaction
 
     def create_then_drop(*args, **kwargs):
@@ -609,7 +609,7 @@ def test_a_one_off_commit_whose_response_is_lost_is_found_by_run_id(tmp_path, mo
         landed.append("append")
         raise OSError("connection reset by peer")
 
-    monkeypatch.setattr(committer_module, "create_table_with_add_actions", create_then_drop)
+    monkeypatch.setattr(epoch_write_module, "create_table_with_add_actions", create_then_drop)
     monkeypatch.setattr(DeltaTable, "create_write_transaction", append_then_drop)
     first, second = one_off(), one_off()
     assert commit_one_off(sink, first, [day_batch(0, 10)]).committed_version(first) == 0
