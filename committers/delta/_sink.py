@@ -15,6 +15,7 @@ from committers.delta._sink_options import (
     DELTA_SPARK_SPELLINGS,
     check_app_id,
     check_schema_mode,
+    check_table_configuration,
     resolved_upsert_spec,
     resolved_writer_options,
 )
@@ -44,7 +45,7 @@ from committers.delta.table._delta_schema import walk
 from committers.delta.table._identity import with_generated_values
 from committers.delta.table._protocol import check_appends_only, check_replaceable
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
-from committers.delta.table._rules import COLUMN_MAPPING_MODE, TableShape, WritePlan, plan_write
+from committers.delta.table._rules import TableShape, WritePlan, plan_write
 from committers.delta.table._schema import (
     SINK_SPELLING,
     OptionSpelling,
@@ -246,13 +247,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         # Delta-Spark's checkpoint interval (delta-rs defaults to 100): shorter log replays keep
         # per-commit cost flat. Only applies to tables this sink creates.
         self.table_configuration = {**DEFAULT_TABLE_CONFIGURATION, **(table_configuration or {})}
-        if self.table_configuration.get(COLUMN_MAPPING_MODE, "none") != "none":
-            raise ConfigurationError(
-                "the sink cannot create a column-mapped table (delta-rs assigns physical names "
-                "only when it creates the table empty). Create it first, e.g. "
-                "deltalake.DeltaTable.create(uri, schema, configuration="
-                "{'delta.columnMapping.mode': 'name'}), and the sink writes into it."
-            )
+        check_table_configuration(self.table_configuration)
         if user_metadata is not None and not isinstance(user_metadata, str):
             raise ConfigurationError(f"user_metadata must be a string, got {user_metadata!r}")
         self.user_metadata = user_metadata

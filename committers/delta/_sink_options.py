@@ -4,9 +4,11 @@ upsert specs, and delta-spark's option names answered with ours."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from committers.delta.table._protocol import IN_COMMIT_TIMESTAMPS_KEY, uses_in_commit_timestamps
+from committers.delta.table._rules import COLUMN_MAPPING_MODE
 from committers.delta.write._options import WriterOptions
 from committers.delta.write._upsert_spec import UpsertSpec, given_keywords
 from framework.errors import ConfigurationError
@@ -15,6 +17,7 @@ __all__ = [
     "DELTA_SPARK_SPELLINGS",
     "check_app_id",
     "check_schema_mode",
+    "check_table_configuration",
     "resolved_upsert_spec",
     "resolved_writer_options",
 ]
@@ -123,3 +126,22 @@ def resolved_upsert_spec(
             "set them in the UpsertSpec only"
         )
     return given
+
+
+def check_table_configuration(configuration: Mapping[str, str]) -> None:
+    """Raises: ConfigurationError: properties of a table the sink would create that delta-rs,
+    which creates it, cannot create."""
+    if configuration.get(COLUMN_MAPPING_MODE, "none") != "none":
+        raise ConfigurationError(
+            "the sink cannot create a column-mapped table (delta-rs assigns physical names "
+            "only when it creates the table empty). Create it first, e.g. "
+            "deltalake.DeltaTable.create(uri, schema, configuration="
+            "{'delta.columnMapping.mode': 'name'}), and the sink writes into it."
+        )
+    if uses_in_commit_timestamps(configuration):
+        raise ConfigurationError(
+            f"the sink cannot create a table with in-commit timestamps ({IN_COMMIT_TIMESTAMPS_KEY}"
+            "): delta-rs, which creates tables, does not support them. Create it with "
+            "delta-spark (CREATE TABLE ... TBLPROPERTIES ('delta.enableInCommitTimestamps' = "
+            "'true')), and the sink writes into it."
+        )

@@ -29,6 +29,7 @@ from committers.delta.commit._log_rewrite import put_log_commit, remove_entry
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._live_vectors import table_deletion_vectors
+from committers.delta.table._protocol import uses_in_commit_timestamps
 from committers.delta.table._rules import TableShape
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._table import delta_rs_path
@@ -183,6 +184,7 @@ def write_commit_with_changes(
         properties=properties,
         partition_by=partition_by,
         now_ms=now,
+        in_commit_timestamps=uses_in_commit_timestamps(table.metadata().configuration),
         needs=(
             "its change data feed is on, and the commit must carry cdc actions"
             if change_files

@@ -46,7 +46,7 @@ from committers.delta.commit._log_store import (
 )
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._delta_schema import parse_schema
-from committers.delta.table._protocol import TableFeatures
+from committers.delta.table._protocol import TableFeatures, uses_in_commit_timestamps
 from committers.delta.table._rules import TableShape
 from committers.delta.table._schema import OptionSpelling, SchemaMode, merge_schemas
 from committers.delta.table._table import delta_rs_path
@@ -269,7 +269,7 @@ def unsupported_by_append(view: LogView, *, honoured: frozenset[str] = frozenset
     needed = sorted(view.writer_features & (_APPEND_UNSUPPORTED - honoured))
     if needed:
         return f"writer features {', '.join(needed)}"
-    if str(view.configuration.get("delta.enableInCommitTimestamps", "")).lower() == "true":
+    if uses_in_commit_timestamps(view.configuration):
         return "in-commit timestamps"
     return None
 
@@ -322,6 +322,7 @@ def commit_lines(
     tags: Mapping[str, str] | None = None,
     removes: Sequence[Mapping[str, Any]] = (),
     mode: str = "Append",
+    in_commit_timestamp: int | None = None,
 ) -> bytes:
     """The commit file delta-rs 1.6 writes for ``create_write_transaction(adds, mode="append",
     partition_by=..., commit_properties=CommitProperties(app_transactions=[txn],
@@ -336,7 +337,10 @@ def commit_lines(
     commitInfo's ``tags`` (delta-spark's, such as ``delta.identity.schemaUpdate``);
     ``removes``: ``remove`` actions, written as given before the adds (for the rewrites
     delta-rs cannot spell, see :mod:`._log_rewrite`); ``mode``: the WRITE's mode as the
-    history shows it (``Overwrite`` for a commit replacing the table's schema)."""
+    history shows it (``Overwrite`` for a commit replacing the table's schema);
+    ``in_commit_timestamp``: the commit's ``inCommitTimestamp`` (a table with in-commit
+    timestamps; the commitInfo then comes first, as it always does here, and its ``timestamp``
+    is the same instant, as delta-spark writes it)."""
     metadata = dict(custom_metadata)
     parameters = {
         **(metadata.pop("operationParameters", None) or {}),
@@ -347,7 +351,8 @@ def commit_lines(
         key: metadata.pop(key) for key in ("readVersion", "isBlindAppend") if key in metadata
     }
     info: dict[str, Any] = {
-        "timestamp": now_ms,
+        **({} if in_commit_timestamp is None else {"inCommitTimestamp": in_commit_timestamp}),
+        "timestamp": now_ms if in_commit_timestamp is None else in_commit_timestamp,
         "operation": "WRITE",
         "operationParameters": parameters,
         **head,

@@ -16,6 +16,7 @@ commit sequence re-checks on a fresh snapshot and tries again.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,10 +30,16 @@ from committers.delta.commit._log_maintenance import checkpoint_interval
 from committers.delta.commit._log_store import LogStore, json_line
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
-from committers.delta.table._protocol import UnsupportedTableFeatureError
+from committers.delta.table._protocol import UnsupportedTableFeatureError, uses_in_commit_timestamps
 from committers.delta.table._table import delta_rs_path
 
-__all__ = ["needs_log_rewrite", "put_log_commit", "remove_entry", "write_log_rewrite"]
+__all__ = [
+    "needs_log_rewrite",
+    "next_in_commit_timestamp",
+    "put_log_commit",
+    "remove_entry",
+    "write_log_rewrite",
+]
 
 
 def needs_log_rewrite(
@@ -101,6 +108,7 @@ def write_log_rewrite(
         partition_by=partition_by,
         now_ms=now,
         mode=mode,
+        in_commit_timestamps=uses_in_commit_timestamps(table.metadata().configuration),
         needs="it removes files with deletion vectors (their remove must name the vector), or "
         "delta-rs does not commit to the table",
     )
@@ -123,6 +131,7 @@ def put_log_commit(
     cdc: Sequence[Mapping[str, Any]] = (),
     metadata_action: Mapping[str, Any] | None = None,
     mode: str = "Append",
+    in_commit_timestamps: bool,
     needs: str,
 ) -> None:
     """Write version ``version``: the commitInfo and txn of ``properties`` (at most one txn),
@@ -130,7 +139,9 @@ def put_log_commit(
     spells them, then ``cdc`` actions (``metadata_action`` and ``mode`` as there); put-if-absent,
     the one writer of the commits delta-rs cannot write (deletion vectors here, change files in
     :mod:`._change_data_commit`, a replaced schema and partitioning in ``_committer``).
-    ``needs`` says why the commit cannot go through delta-rs, for the refusal below.
+    ``needs`` says why the commit cannot go through delta-rs, for the refusal below;
+    ``in_commit_timestamps``: the table has them on, so the commitInfo carries one
+    (:func:`next_in_commit_timestamp`).
 
     Raises:
         UnsupportedTableFeatureError: the table's storage is neither local nor S3, the only
@@ -147,9 +158,13 @@ def put_log_commit(
     txns = properties.app_transactions or []
     if len(txns) > 1:
         raise ValueError("a rewrite carries at most one txn")
+    store = LogStore(location)
     data = commit_lines(
         adds,
         removes=removes,
+        in_commit_timestamp=(
+            next_in_commit_timestamp(store, version, now_ms) if in_commit_timestamps else None
+        ),
         txn=(txns[0].app_id, txns[0].version) if txns else None,
         custom_metadata=dict(properties.custom_metadata or {}),
         partition_by=partition_by,
@@ -158,10 +173,23 @@ def put_log_commit(
         mode=mode,
     )
     data += "".join(json_line({"cdc": dict(entry)}) for entry in cdc).encode()
-    if not LogStore(location).put_if_absent(f"{version:020d}.json", data):
+    if not store.put_if_absent(f"{version:020d}.json", data):
         raise CommitFailedError(
             f"version {version} of {location.uri} was written by another writer first"
         )
+
+
+def next_in_commit_timestamp(store: LogStore, version: int, now_ms: int) -> int:
+    """The ``inCommitTimestamp`` of commit ``version`` written at ``now_ms``: ``now_ms``, or
+    one millisecond after the previous commit's when that one is not older (another writer's
+    clock ahead of ours): PROTOCOL.md, "In-Commit Timestamps", makes them strictly
+    increasing."""
+    previous = store.read(f"{version - 1:020d}.json") if version > 0 else None
+    if previous:
+        info = json.loads(previous.split(b"\n", 1)[0]).get("commitInfo") or {}
+        if info.get("inCommitTimestamp") is not None:
+            return max(now_ms, int(info["inCommitTimestamp"]) + 1)
+    return now_ms
 
 
 def remove_entry(

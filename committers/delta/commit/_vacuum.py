@@ -43,7 +43,10 @@ checkpoint drops the tombstones older than the table's retention, after which it
 those files again, and its full mode deletes unreferenced files whatever their age (staged
 files of running writers too). delta-rs writes no VACUUM commit through its Python API
 otherwise, so a vacuum that deletes no data file the snapshot lists as removed leaves no
-commit (its vacuum deletes no deletion vector files: the sink deletes those itself).
+commit (its vacuum deletes no deletion vector files: the sink deletes those itself). On tables
+delta-rs refuses to commit to (column defaults, in-commit timestamps: ``DELTA_RS_REFUSES``),
+the sink deletes those files too and the vacuum leaves no commit, which the protocol allows
+(delta-spark's VACUUM commits are its audit log, ``vacuum.logging.enabled``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from urllib.parse import unquote
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import DeltaError
 
+from committers.delta.commit._sequence import delta_rs_commits
 from committers.delta.spark._spark_staging import is_run_directory
 from committers.delta.storage._staging import STAGING_DIR
 from committers.delta.storage._storage import TableLocation
@@ -295,7 +299,8 @@ def _delete(
     planned = {f.path for f in files}
     hours = math.ceil(retention / 3600)  # delta-rs takes whole hours: never less than ours
     tombstoned: set[str] = set()
-    if any(f.kind == "removed" for f in files):
+    # (delta-rs refuses to commit to some tables: the sink deletes all, and commits nothing)
+    if any(f.kind == "removed" for f in files) and delta_rs_commits(table):
         found = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
         tombstoned = {unquote(path) for path in found}
         if not tombstoned <= planned:

@@ -62,8 +62,8 @@ __all__ = [
 ]
 
 #: Bumped when a JSON key changes meaning or disappears (new keys may appear without a bump).
-#: 2: a commit's ``time`` is the time ``timestampAsOf`` resolves it by (its commit file's), the
-#: writer's commitInfo time is ``commit_info_time``.
+#: 2: a commit's ``time`` is the time ``timestampAsOf`` resolves it by (its in-commit timestamp
+#: or its commit file's), the writer's commitInfo time is ``commit_info_time``.
 REPORT_VERSION = 2
 DEFAULT_RECENT_COMMITS = 10
 #: A file below a quarter of the sink's target file size (128 MiB) counts as small.
@@ -129,8 +129,9 @@ class AppsSection:
 
 @dataclass(frozen=True)
 class CommitEntry:
-    """One commit. ``time`` is the time ``timestampAsOf`` resolves this version by (its commit
-    file's modification time, in whole milliseconds, made strictly increasing): reading the
+    """One commit. ``time`` is the time ``timestampAsOf`` resolves this version by (its
+    in-commit timestamp, else its commit file's modification time, in whole milliseconds, made
+    strictly increasing): reading the
     table at that time reads this version; ``None`` when the commit file is gone.
     ``commit_info_time`` is the time the writer put in its commitInfo (usually a little
     earlier, when the commit was prepared). ``metrics_source`` says where the counts come
@@ -399,7 +400,7 @@ def _apps(
                 batch=_int_or_none(info.get(COMMIT_EPOCH_ID)),
                 writer_identity=info.get(COMMIT_WRITER),
                 run_id=info.get(COMMIT_RUN_ID),
-                time=_commit_time(times, version),
+                time=_commit_time(times, info),
                 commit_info_time=_iso_ms(info.get("timestamp")),
             )
     entries = []
@@ -417,8 +418,12 @@ def _apps(
     return AppsSection(history_searched=searched, entries=entries)
 
 
-def _commit_time(times: Mapping[int, float], version: int) -> str | None:
-    stamp = times.get(version)
+def _commit_time(times: Mapping[int, float], info: Mapping[str, Any]) -> str | None:
+    """The time ``timestampAsOf`` resolves the commit ``info`` by: its in-commit timestamp,
+    else its commit file's time (see ``CommitClock``)."""
+    if info.get("inCommitTimestamp") is not None:
+        return _iso_ms(info["inCommitTimestamp"])
+    stamp = times.get(int(info["version"]))
     return None if stamp is None else _iso(stamp)
 
 
@@ -433,7 +438,7 @@ def _commit_entry(
     files, rows, size = counts
     return CommitEntry(
         version=version,
-        time=_commit_time(times, version),
+        time=_commit_time(times, info),
         commit_info_time=_iso_ms(info.get("timestamp")),
         operation=info.get("operation"),
         app_id=info.get(COMMIT_APP_ID),

@@ -57,7 +57,6 @@ from committers.delta.table._snapshot import (
     open_snapshot,
     parse_timestamp,
     protocol_reader_features,
-    uses_in_commit_timestamps,
 )
 from framework.errors import ConfigurationError, SinkError
 from framework.source import FileSplit
@@ -316,17 +315,9 @@ class ChangeRange:
 
         Raises:
             ConfigurationError: the start is after the latest version; the end is before the
-                start; a timestamp outside the table's history; a timestamp on a table with
-                in-commit timestamps.
+                start; a timestamp outside the table's history.
         """
         location, latest = snapshot.location, snapshot.version
-        if (spec.start_timestamp or spec.end_timestamp) and uses_in_commit_timestamps(
-            dict(snapshot.shape.configuration)
-        ):
-            raise ConfigurationError(
-                f"{location.uri} uses in-commit timestamps, which this reader does not use to "
-                "resolve startingTimestamp / endingTimestamp; use startingVersion / endingVersion"
-            )
         start, named_start = _version_named(
             location, "starting", spec.start_version, spec.start_timestamp
         )

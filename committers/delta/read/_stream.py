@@ -85,7 +85,6 @@ from committers.delta.table._snapshot import (
     open_snapshot,
     parse_timestamp,
     protocol_reader_features,
-    uses_in_commit_timestamps,
 )
 from framework.errors import ConfigurationError, DestinationError, SinkError
 from framework.source import FileGroupSource, FileSourceConfig, FileSplit
@@ -240,11 +239,6 @@ class DeltaLogTail:
         if self._start.latest:
             return started.version + 1, False
         if self._start.timestamp is not None:
-            if uses_in_commit_timestamps(dict(self._snapshot.shape.configuration)):
-                raise ConfigurationError(
-                    f"{self._uri} uses in-commit timestamps, which this reader does not use to "
-                    "resolve startingTimestamp; use startingVersion"
-                )
             return (
                 first_version_at_or_after(
                     self._snapshot.location, self._start.timestamp, "startingTimestamp"

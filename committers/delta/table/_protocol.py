@@ -27,6 +27,7 @@ __all__ = [
     "check_replaceable",
     "protocol_reader_features",
     "reader_features",
+    "uses_in_commit_timestamps",
 ]
 
 #: The table property that forbids removing rows (PROTOCOL.md, "Append-only Tables").
@@ -44,7 +45,7 @@ _LEGACY_WRITER_FEATURES = {
 #: Writer features delta-rs 1.6 refuses to commit to ("Unsupported table features
 #: required"), which the sink honours: its own log writer commits to such tables, and
 #: metadata changes made through delta-rs (columns added by schema_mode="merge") are refused.
-DELTA_RS_REFUSES = frozenset({"allowColumnDefaults"})
+DELTA_RS_REFUSES = frozenset({"allowColumnDefaults", "inCommitTimestamp"})
 
 # Features the sink honours when it appends. How each is honoured:
 ENFORCED_FEATURES = {
@@ -63,6 +64,8 @@ ENFORCED_FEATURES = {
     "allowColumnDefaults": "a column the input lacks gets its default (its CURRENT_DEFAULT, "
     "evaluated by Spark once per batch, as delta-spark does per statement); a value given, "
     "NULL included, is kept",
+    "inCommitTimestamp": "every commit's commitInfo comes first with an inCommitTimestamp "
+    "after the previous commit's; time travel by timestamp resolves versions by them",
     "v2Checkpoint": "checkpoints are written by delta-rs in the table's format",
     # delta-rs enables it on every table it upgrades to writer version 7; a variant column
     # itself is refused as a type the sink cannot write.
@@ -75,7 +78,6 @@ _REFUSED_FEATURES = {
     "typeWidening": "type changes are not tracked by this sink's writer",
     "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
     "domainMetadata": "domain metadata is not maintained by this sink's writer",
-    "inCommitTimestamp": "in-commit timestamps are not written by delta-rs",
     "clustering": "liquid clustering is not maintained by this sink's writer",
     "icebergCompatV1": "Iceberg compatibility metadata is not written by this sink",
     "icebergCompatV2": "Iceberg compatibility metadata is not written by this sink",
@@ -196,3 +198,11 @@ def protocol_reader_features(
     return frozenset(
         f for v, names in _LEGACY_READER_FEATURES.items() if min_reader_version >= v for f in names
     )
+
+
+IN_COMMIT_TIMESTAMPS_KEY = "delta.enableInCommitTimestamps"
+
+
+def uses_in_commit_timestamps(configuration: Mapping[str, str | None]) -> bool:
+    """Whether a table's configuration turns in-commit timestamps on."""
+    return str(configuration.get(IN_COMMIT_TIMESTAMPS_KEY, "false")).strip().lower() == "true"

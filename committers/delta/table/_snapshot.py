@@ -2,14 +2,17 @@
 
 A read names its snapshot as delta-spark does: the latest version, ``versionAsOf`` (an integer)
 or ``timestampAsOf`` (an ISO timestamp: the newest version committed at or before it, where a
-commit's time is the modification time of its ``_delta_log/NNN.json`` file, as delta-spark and
-delta-rs define it). :func:`open_snapshot` opens it with delta-rs and refuses, with the reason,
+commit's time is its ``inCommitTimestamp`` on a table with in-commit timestamps, else the
+modification time of its ``_delta_log/NNN.json`` file, as delta-spark defines it; see
+:class:`CommitClock`). :func:`open_snapshot` opens it with delta-rs and refuses, with the reason,
 every table whose reader features this reader would get wrong.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -37,6 +40,7 @@ from framework.errors import (
 
 __all__ = [
     "READABLE_FEATURES",
+    "CommitClock",
     "LogListing",
     "Snapshot",
     "SnapshotSpec",
@@ -50,7 +54,6 @@ __all__ = [
     "parse_timestamp",
     "protocol_reader_features",
     "reader_features",
-    "uses_in_commit_timestamps",
 ]
 
 #: Reader features this reader honours, and how.
@@ -76,7 +79,6 @@ _REFUSED_READER_FEATURES = {
     "catalogOwned-preview": "the table's commits are owned by a catalog this reader does not ask",
 }
 
-_ICT_KEY = "delta.enableInCommitTimestamps"
 _EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _MILLISECOND = dt.timedelta(milliseconds=1)
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
@@ -266,10 +268,65 @@ def commit_file_time(info: Mapping[str, Any]) -> float:
 
 
 def commit_times(location: TableLocation) -> dict[int, float]:
-    """The time ``timestampAsOf`` resolves each version by (seconds since the epoch, whole
-    milliseconds): its commit file's modification time, made strictly increasing. Versions
-    whose commit file log cleanup removed are absent. Raises what the listing raises."""
+    """Each version's commit file's modification time (seconds since the epoch, whole
+    milliseconds), made strictly increasing: the time ``timestampAsOf`` resolves it by on a
+    table without in-commit timestamps (see :class:`CommitClock`). Versions whose commit file
+    log cleanup removed are absent. Raises what the listing raises."""
     return dict(list_log(location).commits)
+
+
+class CommitClock:
+    """When each version in ``log`` was committed, as time travel by timestamp resolves it:
+    its ``inCommitTimestamp`` where its commitInfo records one (PROTOCOL.md, "In-Commit
+    Timestamps": every commit from the version that enabled them on, strictly increasing, the
+    first one after the commit before it), else its commit file's modification time (see
+    :func:`list_log`); seconds since the epoch, whole milliseconds.
+
+    A table whose latest commit records none is timed by the listing alone; otherwise the
+    commit files are read as the binary searches below probe them (a few per search, not the
+    whole log)."""
+
+    def __init__(self, location: TableLocation, log: LogListing) -> None:
+        self._location = location
+        self._log = log
+        self._recorded: dict[int, float | None] = {}
+        latest = max(log.commits) if log.commits else None
+        self.in_commit_timestamps = latest is not None and self._recorded_time(latest) is not None
+
+    def __call__(self, version: int) -> float:
+        if self.in_commit_timestamps:
+            recorded = self._recorded_time(version)
+            if recorded is not None:
+                return recorded
+        return self._log.commits[version]
+
+    def _recorded_time(self, version: int) -> float | None:
+        if version not in self._recorded:
+            self._recorded[version] = _in_commit_timestamp(self._location, version)
+        return self._recorded[version]
+
+    def last_at_or_before(self, versions: list[int], seconds: float) -> int | None:
+        """The newest of ``versions`` (ascending) committed at or before ``seconds``."""
+        index = bisect.bisect_right(versions, seconds, key=self)
+        return versions[index - 1] if index else None
+
+    def first_at_or_after_ms(self, versions: list[int], millis: int) -> int | None:
+        """The oldest of ``versions`` (ascending) committed at or after ``millis`` (commit
+        times truncated to the millisecond, as delta-spark compares them)."""
+        index = bisect.bisect_left(versions, millis, key=lambda v: math.floor(self(v) * 1000))
+        return versions[index] if index < len(versions) else None
+
+
+def _in_commit_timestamp(location: TableLocation, version: int) -> float | None:
+    """The ``inCommitTimestamp`` (seconds) commit ``version`` records first thing, if any."""
+    try:
+        with location.filesystem().open(location.path(f"_delta_log/{version:020d}.json")) as f:
+            first = f.readline()
+        info = json.loads(first).get("commitInfo") or {}
+    except (FileNotFoundError, ValueError, AttributeError):
+        return None
+    stamp = info.get("inCommitTimestamp")
+    return None if stamp is None else int(stamp) / 1000
 
 
 def _not_a_table(location: TableLocation, err: BaseException | None = None) -> NotATableError:
@@ -308,39 +365,39 @@ def _version_at(
     latest, earliest = log.latest, log.earliest
     if latest is None:
         raise _not_a_table(location)
-    available = {
-        v: t for v, t in log.commits.items() if earliest is not None and earliest <= v <= latest
-    }
+    available = sorted(v for v in log.commits if earliest is not None and earliest <= v <= latest)
     if not available:
         raise ConfigurationError(
             f"{option} cannot be resolved for {location.uri}: the commit files of its "
             "readable versions are gone (log cleanup). Use a version instead."
         )
+    clock = CommitClock(location, log)
     wanted = when.timestamp()
-    first = min(available)
-    if wanted < available[first]:
+    first = available[0]
+    if wanted < clock(first):
         what = (
             "the first commit" if first == 0 else f"the earliest version still available ({first})"
         )
         raise ConfigurationError(
             f"{option}={when.isoformat()} is before {what} of {location.uri}, committed at "
-            f"{_utc(available[first])}. Use a later timestamp."
+            f"{_utc(clock(first))}. Use a later timestamp."
         )
-    last = max(available)
-    if wanted > available[last] + 0.001:  # commit times have millisecond precision
+    last = available[-1]
+    if wanted > clock(last) + 0.001:  # commit times have millisecond precision
         raise ConfigurationError(
             f"{option}={when.isoformat()} is after the latest version ({last}) of "
-            f"{location.uri}, committed at {_utc(available[last])}: a later commit could still "
+            f"{location.uri}, committed at {_utc(clock(last))}: a later commit could still "
             "change what it reads. Use a timestamp at or before that, a version, or neither "
             "for the latest version."
         )
-    return max(v for v, t in available.items() if t <= wanted + 0.0005)
+    found = clock.last_at_or_before(available, wanted + 0.0005)
+    assert found is not None  # wanted is at or after the first version's time
+    return found
 
 
 def last_version_at_or_before(location: TableLocation, when: dt.datetime, option: str) -> int:
     """The newest version committed at or before ``when``, as ``timestampAsOf`` resolves it
-    (the error messages name ``option``). A table with in-commit timestamps is the caller's to
-    refuse.
+    (the error messages name ``option``; commit times as :class:`CommitClock` gives them).
 
     Raises:
         NotATableError: the location holds no Delta table.
@@ -353,8 +410,7 @@ def last_version_at_or_before(location: TableLocation, when: dt.datetime, option
 def first_version_at_or_after(location: TableLocation, when: dt.datetime, option: str) -> int:
     """The first version committed at or after ``when`` (commit times as for
     ``timestampAsOf``, to the millisecond), as delta-spark resolves ``startingTimestamp``: the
-    earliest commit still in the log when ``when`` is before it. (A table with in-commit
-    timestamps is the caller's to refuse, as :func:`open_snapshot` does.)
+    earliest commit still in the log when ``when`` is before it.
 
     Raises:
         NotATableError: the location holds no Delta table.
@@ -364,18 +420,19 @@ def first_version_at_or_after(location: TableLocation, when: dt.datetime, option
     log = list_log(location)
     if log.latest is None or not log.commits:
         raise _not_a_table(location)
+    clock = CommitClock(location, log)
     # Milliseconds, truncated, as delta-spark compares them (Hadoop's modification times).
     wanted_ms = (when - _EPOCH_UTC) // _MILLISECOND
-    at_or_after = [v for v, t in sorted(log.commits.items()) if math.floor(t * 1000) >= wanted_ms]
-    if not at_or_after:
+    found = clock.first_at_or_after_ms(sorted(log.commits), wanted_ms)
+    if found is None:
         last = max(log.commits)
         raise ConfigurationError(
             f"{option}={when.isoformat()} is after the latest version ({last}) of "
-            f"{location.uri}, committed at {_utc(log.commits[last])}: no version is committed at "
+            f"{location.uri}, committed at {_utc(clock(last))}: no version is committed at "
             f"or after it yet. Use a timestamp at or before that, or startingVersion='latest' "
             "to read only the commits made after the query starts."
         )
-    return at_or_after[0]
+    return found
 
 
 def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTable, Snapshot]:
@@ -387,8 +444,7 @@ def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTab
     Raises:
         NotATableError: the location holds no Delta table.
         ConfigurationError: the version does not exist or log cleanup removed it; the
-            timestamp is before the first available commit or after the latest one; the table
-            uses in-commit timestamps and a timestamp was given.
+            timestamp is before the first available commit or after the latest one.
         UnsupportedTableFeatureError: a reader feature this reader cannot honour.
         UnsupportedTypeError: a column has a type this reader cannot read.
         DestinationError: the storage cannot be read (credentials, network).
@@ -413,25 +469,11 @@ def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTab
             f"cannot read {location.uri}: {plain_error_text(err)}. Check the path, the storage "
             "options and this process's credentials."
         ) from err
-    if spec.timestamp is not None and _in_commit_timestamps(table):
-        raise ConfigurationError(
-            f"{location.uri} uses in-commit timestamps, which this reader does not use to "
-            "resolve timestampAsOf; use versionAsOf"
-        )
     reader_version, features = reader_features(table)
     check_readable(location.uri, reader_version, features)
     shape = TableShape.of_table(table)
     _check_types(location.uri, shape)
     return table, Snapshot(location, table.version(), shape, features, table.schema().to_json())
-
-
-def _in_commit_timestamps(table: DeltaTable) -> bool:
-    return uses_in_commit_timestamps(table.metadata().configuration)
-
-
-def uses_in_commit_timestamps(configuration: Mapping[str, str | None]) -> bool:
-    """Whether a table's configuration turns in-commit timestamps on."""
-    return str(configuration.get(_ICT_KEY, "false")).strip().lower() == "true"
 
 
 def _check_types(uri: str, shape: TableShape) -> None:

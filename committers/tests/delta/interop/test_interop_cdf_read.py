@@ -215,6 +215,16 @@ def test_in_commit_timestamps_are_the_commit_timestamps(delta_spark, tmp_path):
         os.utime(Path(uri) / "_delta_log" / f"{version:020d}.json", (0, 0))  # mtimes differ
     changes = _assert_same(spark, uri, startingVersion=1)
     assert {r["_commit_timestamp"] for r in changes} == recorded
+    # time ranges resolve by them too (the commit files' times would put every version at 1970)
+    ms = dt.timedelta(milliseconds=1)
+    second, third = sorted(recorded)[1:3]
+    ranged = _assert_same(
+        spark,
+        uri,
+        startingTimestamp=(second - ms).isoformat(timespec="milliseconds"),
+        endingTimestamp=third.isoformat(timespec="milliseconds"),
+    )
+    assert {r["_commit_timestamp"] for r in ranged} == {second, third}
 
 
 def test_column_mapping(delta_spark, tmp_path):

@@ -5,7 +5,9 @@ locally, with DuckDB's delta extension."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -16,6 +18,7 @@ from deltalake.schema import StructType
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
 from committers.delta.storage._storage import TableLocation
+from committers.delta.table._snapshot import last_version_at_or_before
 from committers.tests._delta_helpers import epoch, stage
 from committers.tests._readers import duckdb_rows
 from framework import TwoPhaseSink
@@ -233,8 +236,6 @@ def test_append_only_cdf_and_deletion_vector_tables_take_appends(spark, place):
 
 
 def test_timestamp_ntz_table(spark, place):
-    import datetime
-
     uri = place.create("ntz", [Field("t", "timestamp_ntz")])
     value = datetime.datetime(9999, 12, 31, 23, 59, 59, 999999)
     place.sink(uri).write(_frame(spark, [(value,)], "t TIMESTAMP_NTZ"))
@@ -247,13 +248,19 @@ _SCHEMA_STRING = json.dumps(
 
 
 def _hand_written_table(
-    place: Place, name: str, protocol: dict, schema: str = _SCHEMA_STRING
+    place: Place,
+    name: str,
+    protocol: dict,
+    schema: str = _SCHEMA_STRING,
+    configuration: dict | None = None,
+    in_commit_timestamp: int | None = None,
 ) -> str:
     """A table whose first commit is written by hand, for features delta-rs cannot create."""
     uri = place.uri(name)
     location = TableLocation.of(uri, place.options or None)
+    stamp = {} if in_commit_timestamp is None else {"inCommitTimestamp": in_commit_timestamp}
     actions = [
-        {"commitInfo": {"timestamp": 0, "operation": "CREATE TABLE"}},
+        {"commitInfo": {**stamp, "timestamp": 0, "operation": "CREATE TABLE"}},
         {"protocol": protocol},
         {
             "metaData": {
@@ -261,7 +268,7 @@ def _hand_written_table(
                 "format": {"provider": "parquet", "options": {}},
                 "schemaString": schema,
                 "partitionColumns": [],
-                "configuration": {},
+                "configuration": configuration or {},
                 "createdTime": 0,
             }
         },
@@ -278,7 +285,6 @@ def _hand_written_table(
     [
         ["typeWidening"],
         ["rowTracking", "domainMetadata"],
-        ["inCommitTimestamp"],
         ["someFutureFeature"],
     ],
 )
@@ -297,6 +303,36 @@ def test_features_the_sink_cannot_honour_are_refused(spark, place, features):
     fs = TableLocation.of(uri, place.options or None).filesystem()
     root = uri.replace("s3://", "") if not place.local else uri
     assert [p for p in fs.find(root) if "/_delta_log/" not in p] == []
+
+
+def test_in_commit_timestamps_follow_the_previous_commits(spark, place):
+    """Every commit to a table with in-commit timestamps starts with one after the previous
+    commit's (here an hour ahead of this clock), and time travel resolves by them."""
+    ahead = int(time.time() * 1000) + 3_600_000
+    protocol = {
+        "minReaderVersion": 1,
+        "minWriterVersion": 7,
+        "writerFeatures": ["inCommitTimestamp"],
+    }
+    uri = _hand_written_table(
+        place,
+        "ict",
+        protocol,
+        configuration={"delta.enableInCommitTimestamps": "true"},
+        in_commit_timestamp=ahead,
+    )
+    sink = place.sink(uri)
+    sink.write(_frame(spark, [(1,)], "id BIGINT"), epoch_id=0)
+    sink.write(_frame(spark, [(2,)], "id BIGINT"), epoch_id=1)
+    location = TableLocation.of(uri, place.options or None)
+    fs = location.filesystem()
+    for version in (1, 2):
+        with fs.open(location.path(f"_delta_log/{version:020d}.json")) as commit:
+            first = json.loads(commit.readline())
+        assert first["commitInfo"]["inCommitTimestamp"] == ahead + version
+    when = datetime.datetime.fromtimestamp((ahead + 1) / 1000, datetime.timezone.utc)
+    assert last_version_at_or_before(location, when, "timestampAsOf") == 1
+    assert place.rows(uri) == [{"id": 1}, {"id": 2}]
 
 
 def test_a_variant_column_is_refused_by_type(spark, place):

@@ -28,6 +28,10 @@ from framework.sink import GlobalCommitter, Sink
             {"table_configuration": {"delta.columnMapping.mode": "name"}},
             "the sink cannot create a column-mapped table",
         ),
+        (
+            {"table_configuration": {"delta.enableInCommitTimestamps": "true"}},
+            "the sink cannot create a table with in-commit timestamps",
+        ),
     ],
 )
 def test_delta_sink_options_are_checked_at_construction(tmp_path, kwargs, message):
