@@ -87,7 +87,7 @@ from committers.delta.table._deletion_vectors import (
 )
 from committers.delta.table._delta_schema import walk
 from committers.delta.table._live_vectors import table_deletion_vectors, vectors_changed
-from committers.delta.table._protocol import UnsupportedTableFeatureError, check_appends_only
+from committers.delta.table._protocol import check_appends_only
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
 from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.table._table import COMMIT_RUN_ID, open_table
@@ -333,19 +333,11 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
     """The layout of the table's files, if compaction can rewrite them.
 
     Raises:
-        UnsupportedTableFeatureError: as the sink refuses the table, or column mapping.
-        ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
+        UnsupportedTableFeatureError: as the sink refuses the table.
     """
     # The sink's own refusal first (identity columns, row tracking, unknown features, ...).
     check_appends_only(shape.features, uri, "compaction")
-    layout = plan_write(shape, shape.arrow_schema(), "strict", uri).layout
-    if shape.column_mapping:
-        raise UnsupportedTableFeatureError(
-            f"table {uri} uses column mapping: compaction does not write columns under their "
-            "physical names yet, so nothing was done. Compact it with delta-spark's OPTIMIZE "
-            "(delta-rs 1.6 refuses OPTIMIZE on such tables too)."
-        )
-    return layout
+    return plan_write(shape, shape.arrow_schema(), "strict", uri).layout
 
 
 def _check_spark_can_rewrite(
@@ -355,8 +347,8 @@ def _check_spark_can_rewrite(
     configure Spark's s3a from the table's options (see ``_s3a``).
 
     Raises:
-        ConfigurationError: Spark cannot write the table's storage, or the table has NOT NULL
-            fields inside structs.
+        ConfigurationError: Spark cannot write the table's storage, or the table uses column
+            mapping or has NOT NULL fields inside structs.
     """
     uri = location.uri
     problem = prepare_s3a(spark, location) if location.is_s3 else None
@@ -371,6 +363,12 @@ def _check_spark_can_rewrite(
             f"and writer, and Spark cannot write {uri} here (no Hadoop file system for its "
             "scheme, e.g. s3:// without hadoop-aws, or a Spark Connect session). Use "
             "staging='arrow' or 'auto' (Python tasks rewrite the files)."
+        )
+    if shape.column_mapping:
+        raise ConfigurationError(
+            f"table {uri} uses column mapping, and Spark's Parquet writer cannot name the "
+            "columns by their physical names; nothing was done. Compact it with "
+            "staging='arrow' or 'auto'."
         )
     if any(len(path) > 1 and not f.nullable for path, f in walk(shape.schema)):
         raise ConfigurationError(

@@ -32,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import random
+import string
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -42,8 +44,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from committers.delta.read._source import DeltaFileReader, spell_partition_value, vector_metadata
+from committers.delta.table._delta_schema import arrow_schema
 from committers.delta.table._live_vectors import VectoredFile
-from committers.delta.table._rules import FileLayout
+from committers.delta.table._rules import FileLayout, TableShape
 from committers.delta.table._schema import partition_dir, serialize_partition_value
 from committers.delta.table._snapshot import Snapshot
 from committers.delta.table._stats import FileStatsCollector
@@ -299,7 +302,10 @@ class GroupRewriter:
         location = self._snapshot.location
         schema = self._layout.file_schema
         values = dict(group.partition_values)
-        partitions = partition_dir(self._layout.partition_columns, values) if values else ""
+        if not self._layout.hive_directories:  # (column mapping: as the writers place files)
+            partitions = "".join(random.choices(string.ascii_letters + string.digits, k=2))
+        else:
+            partitions = partition_dir(self._layout.partition_columns, values) if values else ""
         name = f"part-{group.index:05d}-{uuid.uuid4()}.{self._options.compression}.parquet"
         relative = "/".join(p for p in (self._directory, partitions, name) if p)
         fs = location.filesystem()
@@ -377,8 +383,23 @@ class GroupRewriter:
             table = self._row_filter(table)
             counted.dropped += before - table.num_rows
         if table.num_rows:
-            schema = self._layout.file_schema
-            yield table.select(schema.names).cast(schema)
+            yield _as_file_schema(table, self._snapshot.shape, self._layout.file_schema)
+
+
+def _as_file_schema(table: pa.Table, shape: TableShape, file_schema: pa.Schema) -> pa.Table:
+    """``table`` (rows of the logical schema) as the files hold them: its data columns cast
+    to the table's types and, under column mapping, under their physical names (nested ones
+    too) with their field ids. (Renamed by a zero-copy view: the types differ in names only;
+    a cast would match struct fields by name and null them.)"""
+    if not shape.column_mapping:
+        return table.select(file_schema.names).cast(file_schema)
+    logical = arrow_schema(shape.schema, physical=False, skip=frozenset(shape.partition_by))
+    table = table.select(logical.names).cast(logical)
+    columns = [
+        pa.chunked_array([chunk.view(f.type) for chunk in c.chunks], f.type)
+        for c, f in zip(table.columns, file_schema, strict=True)
+    ]
+    return pa.Table.from_arrays(columns, schema=file_schema)
 
 
 @dataclass

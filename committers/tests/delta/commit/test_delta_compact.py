@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, Field, Schema, write_deltalake
+from deltalake import DeltaTable, Field, QueryBuilder, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties, RemoveAction
 
@@ -479,15 +479,25 @@ def test_partition_filter_must_name_partition_columns(spark, tmp_path):
     assert DeltaTable(uri).version() == 1 and DeltaTable(flat).version() == 1
 
 
-def test_column_mapped_tables_are_refused(spark, tmp_path):
+def test_column_mapped_tables_are_compacted_under_physical_names(spark, tmp_path):
+    """A table delta-rs made column-mapped: the Python tasks rewrite its files under the
+    physical names; Spark's writer, which cannot name them so, is refused."""
     uri = str(tmp_path / "t")
     configuration = {"delta.columnMapping.mode": "name"}
     DeltaTable.create(uri, schema=Schema([Field("id", "long")]), configuration=configuration)
     for n in range(2):
         write_deltalake(uri, pa.table({"id": pa.array([n], pa.int64())}), mode="append")
-    with pytest.raises(UnsupportedTableFeatureError, match="column mapping"):
-        DeltaSink(uri).compact(spark)
-    assert DeltaTable(uri).version() == 2
+    with pytest.raises(ConfigurationError, match="column mapping"):
+        DeltaSink(uri, staging="spark").compact(spark)
+    assert DeltaSink(uri).compact(spark).version == 3
+    table = DeltaTable(uri)
+    physical = json.loads(table.schema().to_json())["fields"][0]["metadata"][
+        "delta.columnMapping.physicalName"
+    ]
+    (added,) = table.file_uris()
+    assert pq.read_schema(added.replace("file://", "")).names == [physical]
+    query = QueryBuilder().register("t", table).execute("SELECT id FROM t ORDER BY id")
+    assert pa.table(query).to_pylist() == [{"id": 0}, {"id": 1}]
 
 
 def test_append_only_table_and_its_change_feed_see_no_change(spark, tmp_path):

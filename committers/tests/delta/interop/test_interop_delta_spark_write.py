@@ -14,9 +14,10 @@ import datetime
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
@@ -32,6 +33,7 @@ from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import file_stream, make_source
 from framework import TwoPhaseSink
 from framework.errors import (
+    ConfigurationError,
     ConstraintViolationError,
     NullConstraintError,
     UnsupportedTypeError,
@@ -100,17 +102,6 @@ def _read_by_spark_and_duckdb(spark, uri: str) -> list[dict]:
     by_spark = spark_rows(spark, uri)
     assert comparable(duckdb_rows(uri)) == by_spark
     return by_spark
-
-
-def _upsert_and_compaction_refused(spark, uri: str, changes, feature: str) -> None:
-    """The upsert and the compaction refuse the table, naming ``feature``; the log is
-    unchanged."""
-    version = _log_version(uri)
-    with pytest.raises(UnsupportedTableFeatureError, match=feature):
-        _upsert(uri, changes)
-    with pytest.raises(UnsupportedTableFeatureError, match=feature):
-        DeltaSink(uri).compact(spark)
-    assert _log_version(uri) == version
 
 
 def test_a_default_table_takes_every_operation(delta_spark, tmp_path):
@@ -328,28 +319,76 @@ def test_a_rewrite_of_an_append_only_table_is_refused_before_anything(delta_spar
     assert assert_all_read(spark, uri) == [{"id": 1, "day": "d0"}]
 
 
-def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path):
-    """Appends and overwrites write physical names; the upsert and the compaction, which do
-    not map names yet, refuse the table before anything is written."""
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path, mode):
+    """Appends, compaction and overwrites write physical names and field ids (nested ones
+    too, partition values keyed by physical name, files under random prefixes); the compaction
+    matches a renamed column by its physical name and carries no data of a dropped column
+    over; the upsert, which does not map names yet, refuses the table before anything is
+    written. delta-spark and delta-rs's DataFusion reader agree (DuckDB reads the partition
+    column of such tables as NULL, deltalake's pyarrow dataset does not map names)."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _create(
         spark,
         uri,
-        "id BIGINT, v INT, gone STRING",
-        "INSERT INTO {t} VALUES (1, 1, 'a'), (2, 2, 'b')",
+        "id BIGINT, v INT, gone STRING, s STRUCT<a: INT, b: STRING>, day STRING",
+        "INSERT INTO {t} VALUES (1, 1, 'a', named_struct('a', 1, 'b', 'x'), 'd1'), "
+        "(2, 2, 'b', named_struct('a', 2, 'b', 'y'), 'd2')",
         "ALTER TABLE {t} RENAME COLUMN v TO value",
+        "ALTER TABLE {t} RENAME COLUMN s.b TO bee",
         "ALTER TABLE {t} DROP COLUMN gone",
-        clauses="TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
+        clauses=f"PARTITIONED BY (day) TBLPROPERTIES ('delta.columnMapping.mode' = '{mode}')",
     )
-    mapped = "id BIGINT, value INT"
-    _append(uri, spark.createDataFrame([(3, 3)], mapped))
-    expected = [{"id": i, "value": i} for i in (1, 2, 3)]
-    assert _read_by_spark_and_duckdb(spark, uri) == comparable(expected)
-    changes = spark.createDataFrame([(1, 10, "U")], mapped + ", op STRING")
-    _upsert_and_compaction_refused(spark, uri, changes, "column mapping")
-    _overwrite(uri, spark.createDataFrame([(4, 4)], mapped))
-    assert _read_by_spark_and_duckdb(spark, uri) == [{"id": 4, "value": 4}]
+    mapped = "id BIGINT, value INT, s STRUCT<a: INT, bee: STRING>, day STRING"
+    for i in (3, 4):
+        _append(uri, spark.createDataFrame([(i, i, (i, f"z{i}"), "d1")], mapped), f"a{i}")
+
+    def row(i: int, bee: str, day: str) -> dict:
+        return {"id": i, "value": i, "s": {"a": i, "bee": bee}, "day": day}
+
+    expected = [row(1, "x", "d1"), row(2, "y", "d2"), row(3, "z3", "d1"), row(4, "z4", "d1")]
+
+    def read() -> list[dict]:
+        by_spark = spark_rows(spark, uri)
+        query = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT * FROM t")
+        assert comparable(pa.table(query).to_pylist()) == by_spark
+        return by_spark
+
+    assert read() == comparable(expected)
+    changes = spark.createDataFrame([(1, 10, (1, "u"), "d1", "U")], mapped + ", op STRING")
+    version = _log_version(uri)
+    with pytest.raises(UnsupportedTableFeatureError, match="column mapping"):
+        _upsert(uri, changes)
+    with pytest.raises(ConfigurationError, match=r"column mapping.*staging='arrow'"):
+        DeltaSink(uri, staging="spark").compact(spark)
+    assert _log_version(uri) == version
+
+    result = DeltaSink(uri).compact(spark)
+    assert result.version == version + 1
+    assert read() == comparable(expected)
+    fields = {f["name"]: f for f in json.loads(DeltaTable(uri).schema().to_json())["fields"]}
+    physical = {n: f["metadata"]["delta.columnMapping.physicalName"] for n, f in fields.items()}
+    log_file = Path(uri) / "_delta_log" / f"{version + 1:020d}.json"
+    commit = [json.loads(line) for line in log_file.read_text().splitlines()]
+    adds = [a["add"] for a in commit if "add" in a]
+    assert len(adds) == 1 and set(adds[0]["partitionValues"]) == {physical["day"]}
+    data_columns = {physical[n] for n in ("id", "value", "s")}
+    assert set(json.loads(adds[0]["stats"])["minValues"]) == data_columns
+    written = pq.read_schema(Path(uri) / adds[0]["path"])
+    assert written.names == [physical["id"], physical["value"], physical["s"]]  # no `gone`
+    nested = {f["name"]: f["metadata"] for f in fields["s"]["type"]["fields"]}
+    struct = written.field(physical["s"]).type
+    assert [struct.field(i).name for i in range(struct.num_fields)] == [
+        nested[n]["delta.columnMapping.physicalName"] for n in ("a", "bee")
+    ]
+    assert [written.field(n).metadata[b"PARQUET:field_id"] for n in written.names] == [
+        str(fields[n]["metadata"]["delta.columnMapping.id"]).encode() for n in ("id", "value", "s")
+    ]
+    spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (gone STRING)")  # a new column: all null
+    assert {r["gone"] for r in spark.read.format("delta").load(uri).collect()} == {None}
+    _overwrite(uri, spark.createDataFrame([(5, 5, (5, "o"), "d3")], mapped))
+    assert read() == comparable([{**row(5, "o", "d3"), "gone": None}])
 
 
 def test_deletion_vectors(delta_spark, tmp_path):
