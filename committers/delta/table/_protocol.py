@@ -45,7 +45,9 @@ _LEGACY_WRITER_FEATURES = {
 #: Writer features delta-rs 1.6 refuses to commit to ("Unsupported table features
 #: required"), which the sink honours: its own log writer commits to such tables, and
 #: metadata changes made through delta-rs (columns added by schema_mode="merge") are refused.
-DELTA_RS_REFUSES = frozenset({"allowColumnDefaults", "inCommitTimestamp"})
+DELTA_RS_REFUSES = frozenset(
+    {"allowColumnDefaults", "inCommitTimestamp", "clustering", "domainMetadata"}
+)
 
 # Features the sink honours when it appends. How each is honoured:
 ENFORCED_FEATURES = {
@@ -67,6 +69,11 @@ ENFORCED_FEATURES = {
     "inCommitTimestamp": "every commit's commitInfo comes first with an inCommitTimestamp "
     "after the previous commit's; time travel by timestamp resolves versions by them",
     "v2Checkpoint": "checkpoints are written by delta-rs in the table's format",
+    "domainMetadata": "the table's domains are kept as they are (the sink's commits carry "
+    "none; delta-rs's checkpoints keep them)",
+    "clustering": "every file's stats cover every column, the clustering columns included; "
+    "files are added unclustered (no clusteringProvider), for the table's clustering to "
+    "recluster",
     # delta-rs enables it on every table it upgrades to writer version 7; a variant column
     # itself is refused as a type the sink cannot write.
     "variantType": "variant columns are refused by type",
@@ -77,8 +84,6 @@ ENFORCED_FEATURES = {
 _REFUSED_FEATURES = {
     "typeWidening": "type changes are not tracked by this sink's writer",
     "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
-    "domainMetadata": "domain metadata is not maintained by this sink's writer",
-    "clustering": "liquid clustering is not maintained by this sink's writer",
     "icebergCompatV1": "Iceberg compatibility metadata is not written by this sink",
     "icebergCompatV2": "Iceberg compatibility metadata is not written by this sink",
     "vacuumProtocolCheck": "delta-rs does not support it for writes",

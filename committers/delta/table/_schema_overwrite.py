@@ -32,6 +32,7 @@ from committers.delta.table._delta_schema import (
     parse_schema,
     schema_json,
 )
+from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import TableShape, new_table_schema
 from framework.errors import SchemaMismatchError
 
@@ -61,11 +62,19 @@ def replaced_shape(
     planning it again against the same table gives the same shape.
 
     Raises:
+        UnsupportedTableFeatureError: the table is clustered.
         SchemaMismatchError: a CHECK constraint of the table names a column the new schema
             lacks (delta-spark refuses the same overwrite), or the input needs a feature
             the table's protocol lacks (TIMESTAMP_NTZ).
     """
     existing = TableShape.of_table(table)
+    if "clustering" in existing.features:
+        raise UnsupportedTableFeatureError(
+            f"{table.table_uri} is clustered (liquid clustering): replacing its schema would "
+            "leave its clustering columns to columns that may no longer exist, which the sink "
+            "does not rewrite. Nothing was written. Overwrite keeping the schema, or replace "
+            "it with delta-spark (CREATE OR REPLACE TABLE ... CLUSTER BY ...)."
+        )
     raw = json.loads(DeltaSchema.from_arrow(new_table_schema(input_schema)).to_json())
     if '"timestamp_ntz"' in json.dumps(raw) and "timestampNtz" not in existing.features:
         raise SchemaMismatchError(

@@ -1,8 +1,8 @@
 """The sink writes into tables delta-spark made: created by ``CREATE TABLE ... USING delta``
 (or delta-spark's DataFrame writer) with CHECK constraints, NOT NULL, generated columns,
 column mapping with renamed and dropped columns, deletion vectors, the change data feed, type
-widening, row tracking, liquid clustering and v2 checkpoints (in-commit timestamps have their
-own module). For each, the sink's append, upsert, overwrite and compaction either work (the
+widening, row tracking and v2 checkpoints (in-commit timestamps and liquid clustering have
+their own modules). For each, the sink's append, upsert, overwrite and compaction either work (the
 rows read back by delta-spark, and by deltalake and/or DuckDB, are exactly the expected ones,
 and delta-spark still enforces the table's rules) or are refused before anything is written,
 with an error naming the feature. Identity columns have their own module,
@@ -509,7 +509,6 @@ REFUSED = {
         "TBLPROPERTIES ('delta.enableRowTracking' = 'true')",
         "rowTracking",
     ),
-    "liquid clustering": ("id BIGINT, v INT", (), "CLUSTER BY (id)", "clustering"),
 }
 
 
