@@ -29,7 +29,6 @@ from committers.delta.commit._log_rewrite import put_log_commit, remove_entry
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._live_vectors import table_deletion_vectors
-from committers.delta.table._protocol import uses_in_commit_timestamps
 from committers.delta.table._rules import TableShape
 from committers.delta.table._schema import serialize_partition_value
 from committers.delta.table._table import delta_rs_path
@@ -177,14 +176,13 @@ def write_commit_with_changes(
     ]
     put_log_commit(
         location,
-        version,
+        table,
         adds=[*(marked_entry(m) for m in marked), *(add_entry(f) for f in adds)],
         removes=removes_entries,
         cdc=cdc,
         properties=properties,
         partition_by=partition_by,
         now_ms=now,
-        in_commit_timestamps=uses_in_commit_timestamps(table.metadata().configuration),
         needs=(
             "its change data feed is on, and the commit must carry cdc actions"
             if change_files

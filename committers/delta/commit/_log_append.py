@@ -117,6 +117,7 @@ class LogCommit:
     metadata: dict[str, Any] | None
     txns: dict[str, int]
     info: dict[str, Any]
+    domains: dict[str, dict[str, Any]] = field(default_factory=dict)  # domain -> its action
 
 
 @dataclass
@@ -127,6 +128,7 @@ class LogView:
         version: the newest version seen.
         protocol, metadata: the ``protocol`` and ``metaData`` actions in force (as JSON).
         txns: app id -> newest txn version.
+        domains: domain -> its newest ``domainMetadata`` action (a removed one included).
         confirmed_at: when probing last found :attr:`version` to be the newest (``time.time()``).
     """
 
@@ -134,6 +136,7 @@ class LogView:
     protocol: dict[str, Any]
     metadata: dict[str, Any]
     txns: dict[str, int] = field(default_factory=dict)
+    domains: dict[str, dict[str, Any]] = field(default_factory=dict)
     confirmed_at: float = 0.0
 
     @classmethod
@@ -172,14 +175,16 @@ class LogView:
         )
         protocol = metadata = None
         txns: dict[str, int] = {}
+        domains: dict[str, dict[str, Any]] = {}
         for name in names:
             part = store.read_checkpoint(name)
             protocol = part.get("protocol") or protocol
             metadata = part.get("metaData") or metadata
             txns.update(part.get("txn") or {})
+            domains.update(part.get("domainMetadata") or {})
         if protocol is None or metadata is None:
             raise LogViewUnavailable(f"checkpoint {version} holds no protocol or metadata")
-        return cls(version, protocol, metadata, txns)
+        return cls(version, protocol, metadata, txns, domains)
 
     @classmethod
     def _from_first_commit(cls, store: LogStore) -> LogView:
@@ -189,7 +194,7 @@ class LogView:
         commit = parse_commit(0, raw)
         if commit.protocol is None or commit.metadata is None:
             raise LogViewUnavailable("version 0 holds no protocol or metadata")
-        return cls(0, commit.protocol, commit.metadata, dict(commit.txns))
+        return cls(0, commit.protocol, commit.metadata, dict(commit.txns), dict(commit.domains))
 
     def apply(self, commit: LogCommit) -> None:
         """Advance the view by ``commit`` (the next version)."""
@@ -199,6 +204,7 @@ class LogView:
         self.metadata = commit.metadata or self.metadata
         for app_id, txn_version in commit.txns.items():
             self.txns[app_id] = txn_version
+        self.domains.update(commit.domains)
 
     def advance(self, store: LogStore) -> list[LogCommit]:
         """Read the commits after :attr:`version`, probing for the next one (a backlog is read
@@ -232,6 +238,7 @@ class LogView:
                 fresh.metadata,
             )
             self.txns = fresh.txns
+            self.domains = fresh.domains
 
     @property
     def writer_features(self) -> frozenset[str]:
@@ -247,6 +254,7 @@ def parse_commit(version: int, raw: bytes) -> LogCommit:
     protocol = metadata = None
     txns: dict[str, int] = {}
     info: dict[str, Any] = {}
+    domains: dict[str, dict[str, Any]] = {}
     for line in raw.splitlines():
         if not line.strip():
             continue
@@ -259,7 +267,9 @@ def parse_commit(version: int, raw: bytes) -> LogCommit:
             txns[action["txn"]["appId"]] = int(action["txn"]["version"])
         elif "commitInfo" in action:
             info = action["commitInfo"]
-    return LogCommit(version, protocol, metadata, txns, info)
+        elif "domainMetadata" in action:
+            domains[action["domainMetadata"]["domain"]] = action["domainMetadata"]
+    return LogCommit(version, protocol, metadata, txns, info, domains)
 
 
 def unsupported_by_append(view: LogView, *, honoured: frozenset[str] = frozenset()) -> str | None:
@@ -323,6 +333,7 @@ def commit_lines(
     removes: Sequence[Mapping[str, Any]] = (),
     mode: str = "Append",
     in_commit_timestamp: int | None = None,
+    domains: Sequence[Mapping[str, Any]] = (),
 ) -> bytes:
     """The commit file delta-rs 1.6 writes for ``create_write_transaction(adds, mode="append",
     partition_by=..., commit_properties=CommitProperties(app_transactions=[txn],
@@ -340,7 +351,8 @@ def commit_lines(
     history shows it (``Overwrite`` for a commit replacing the table's schema);
     ``in_commit_timestamp``: the commit's ``inCommitTimestamp`` (a table with in-commit
     timestamps; the commitInfo then comes first, as it always does here, and its ``timestamp``
-    is the same instant, as delta-spark writes it)."""
+    is the same instant, as delta-spark writes it); ``domains``: ``domainMetadata`` actions
+    (after the ``metaData``)."""
     metadata = dict(custom_metadata)
     parameters = {
         **(metadata.pop("operationParameters", None) or {}),
@@ -365,6 +377,7 @@ def commit_lines(
     lines: list[dict[str, Any]] = [{"commitInfo": info}]
     if metadata_action is not None:
         lines.append({"metaData": dict(metadata_action)})
+    lines += [{"domainMetadata": dict(domain)} for domain in domains]
     lines += [{"remove": dict(remove)} for remove in removes]
     lines += [{"add": _add_entry(add)} for add in adds]
     if txn is not None:
@@ -383,8 +396,8 @@ def _add_entry(add: Mapping[str, Any]) -> dict[str, Any]:
         "dataChange": add["dataChange"],
         "stats": add.get("stats"),
         "tags": None,
-        "baseRowId": None,
-        "defaultRowCommitVersion": None,
+        "baseRowId": add.get("baseRowId"),  # (row tracking: see _row_tracking)
+        "defaultRowCommitVersion": add.get("defaultRowCommitVersion"),
         "clusteringProvider": None,
     }
     if add.get("deletionVector") is not None:  # a file re-added with a (new) vector

@@ -28,6 +28,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from committers.delta.commit._log_append import commit_lines
 from committers.delta.commit._log_maintenance import checkpoint_interval
 from committers.delta.commit._log_store import LogStore, json_line
+from committers.delta.commit._row_tracking import assigns_row_ids, row_ids
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._protocol import UnsupportedTableFeatureError, uses_in_commit_timestamps
@@ -101,14 +102,13 @@ def write_log_rewrite(
     ]
     put_log_commit(
         location,
-        version,
+        table,
         adds=adds,
         removes=removes,
         properties=commit_properties,
         partition_by=partition_by,
         now_ms=now,
         mode=mode,
-        in_commit_timestamps=uses_in_commit_timestamps(table.metadata().configuration),
         needs="it removes files with deletion vectors (their remove must name the vector), or "
         "delta-rs does not commit to the table",
     )
@@ -121,7 +121,7 @@ def write_log_rewrite(
 
 def put_log_commit(
     location: TableLocation,
-    version: int,
+    table: DeltaTable,
     *,
     adds: Sequence[Mapping[str, Any]],
     removes: Sequence[Mapping[str, Any]],
@@ -131,21 +131,23 @@ def put_log_commit(
     cdc: Sequence[Mapping[str, Any]] = (),
     metadata_action: Mapping[str, Any] | None = None,
     mode: str = "Append",
-    in_commit_timestamps: bool,
     needs: str,
-) -> None:
-    """Write version ``version``: the commitInfo and txn of ``properties`` (at most one txn),
+) -> int:
+    """Write the version after ``table``'s snapshot, and return it: the commitInfo and txn of
+    ``properties`` (at most one txn),
     ``removes`` and ``adds`` as :func:`~committers.delta.commit._log_append.commit_lines`
     spells them, then ``cdc`` actions (``metadata_action`` and ``mode`` as there); put-if-absent,
     the one writer of the commits delta-rs cannot write (deletion vectors here, change files in
     :mod:`._change_data_commit`, a replaced schema and partitioning in ``_committer``).
-    ``needs`` says why the commit cannot go through delta-rs, for the refusal below;
-    ``in_commit_timestamps``: the table has them on, so the commitInfo carries one
-    (:func:`next_in_commit_timestamp`).
+    ``needs`` says why the commit cannot go through delta-rs, for the refusal below. What
+    the table's features ask of every commit is added: an in-commit timestamp
+    (:func:`next_in_commit_timestamp`), row ids (:mod:`._row_tracking`).
 
     Raises:
         UnsupportedTableFeatureError: the table's storage is neither local nor S3, the only
             stores the log writer commits to; nothing was written.
+        UnsupportedTableFeatureError: also a commit removing files from a table tracking row
+            ids; nothing was written.
         CommitFailedError: another writer took that version; nothing was written.
         OSError: the outcome of the write is unknown (the caller reconciles).
     """
@@ -159,11 +161,16 @@ def put_log_commit(
     if len(txns) > 1:
         raise ValueError("a rewrite carries at most one txn")
     store = LogStore(location)
+    version = table.version() + 1
+    configuration = table.metadata().configuration
+    tracked = row_ids(store, version, adds, len(removes)) if assigns_row_ids(table) else None
     data = commit_lines(
-        adds,
+        adds if tracked is None else tracked.adds,
         removes=removes,
         in_commit_timestamp=(
-            next_in_commit_timestamp(store, version, now_ms) if in_commit_timestamps else None
+            next_in_commit_timestamp(store, version, now_ms)
+            if uses_in_commit_timestamps(configuration)
+            else None
         ),
         txn=(txns[0].app_id, txns[0].version) if txns else None,
         custom_metadata=dict(properties.custom_metadata or {}),
@@ -171,12 +178,15 @@ def put_log_commit(
         now_ms=now_ms,
         metadata_action=metadata_action,
         mode=mode,
+        domains=() if tracked is None or tracked.domain is None else [tracked.domain],
+        tags=None if tracked is None else tracked.tags,
     )
     data += "".join(json_line({"cdc": dict(entry)}) for entry in cdc).encode()
     if not store.put_if_absent(f"{version:020d}.json", data):
         raise CommitFailedError(
             f"version {version} of {location.uri} was written by another writer first"
         )
+    return version
 
 
 def next_in_commit_timestamp(store: LogStore, version: int, now_ms: int) -> int:

@@ -133,9 +133,14 @@ class LogStore:
         except (ClientError, BotoCoreError) as err:
             raise OSError(f"reading {LOG_DIR} at {what} failed: {err}") from err
 
+    @property
+    def uri(self) -> str:
+        return self._location.uri
+
     def read_checkpoint(self, name: str) -> dict[str, Any]:
-        """The ``protocol``, ``metaData`` (as JSON actions) and ``txn`` entries (app id ->
-        version) of checkpoint file ``name``; only those columns are read.
+        """The ``protocol``, ``metaData`` (as JSON actions), ``txn`` entries (app id ->
+        version) and ``domainMetadata`` actions (domain -> action) of checkpoint file
+        ``name``; only those columns are read.
 
         Raises:
             LogViewUnavailable: the checkpoint file is missing.
@@ -146,7 +151,9 @@ class LogStore:
             with opener(path, "rb") as handle:
                 parquet = pq.ParquetFile(handle)
                 wanted = [
-                    c for c in ("protocol", "metaData", "txn") if c in parquet.schema_arrow.names
+                    c
+                    for c in ("protocol", "metaData", "txn", "domainMetadata")
+                    if c in parquet.schema_arrow.names
                 ]
                 columns = parquet.read(columns=wanted)
         except FileNotFoundError as err:
@@ -158,6 +165,8 @@ class LogStore:
                     continue
                 if name_ == "txn":
                     found.setdefault("txn", {})[entry["appId"]] = int(entry["version"])
+                elif name_ == "domainMetadata":
+                    found.setdefault(name_, {})[entry["domain"]] = dict(entry)
                 else:
                     found[name_] = _as_json_action(entry)
         return found

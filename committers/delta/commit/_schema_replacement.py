@@ -21,7 +21,6 @@ from deltalake import CommitProperties, DeltaTable
 from committers.delta.commit._change_data_commit import add_entry, every_live_remove
 from committers.delta.commit._log_rewrite import put_log_commit
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._protocol import uses_in_commit_timestamps
 from committers.delta.table._rules import TableShape
 from committers.delta.table._schema_overwrite import metadata_action
 from committers.delta.write._committable import StagedFile
@@ -51,7 +50,7 @@ def write_schema_replacement(
     current = table.metadata()
     put_log_commit(
         location,
-        read_version + 1,
+        table,
         adds=[add_entry(f) for f in adds],
         removes=removes,
         properties=properties,
@@ -67,7 +66,6 @@ def write_schema_replacement(
             shape,
         ),
         mode="Overwrite",
-        in_commit_timestamps=uses_in_commit_timestamps(dict(shape.configuration)),
         needs="it replaces the table's schema and partitioning (schema_mode='overwrite')",
     )
     return read_version + 1

@@ -46,7 +46,7 @@ _LEGACY_WRITER_FEATURES = {
 #: required"), which the sink honours: its own log writer commits to such tables, and
 #: metadata changes made through delta-rs (columns added by schema_mode="merge") are refused.
 DELTA_RS_REFUSES = frozenset(
-    {"allowColumnDefaults", "inCommitTimestamp", "clustering", "domainMetadata"}
+    {"allowColumnDefaults", "inCommitTimestamp", "clustering", "domainMetadata", "rowTracking"}
 )
 
 # Features the sink honours when it appends. How each is honoured:
@@ -69,6 +69,9 @@ ENFORCED_FEATURES = {
     "inCommitTimestamp": "every commit's commitInfo comes first with an inCommitTimestamp "
     "after the previous commit's; time travel by timestamp resolves versions by them",
     "v2Checkpoint": "checkpoints are written by delta-rs in the table's format",
+    "rowTracking": "appends give every file a baseRowId above the table's high-water mark "
+    "and a defaultRowCommitVersion, and advance the mark in the same commit; operations "
+    "that copy rows are refused",
     "domainMetadata": "the table's domains are kept as they are (the sink's commits carry "
     "none; delta-rs's checkpoints keep them)",
     "clustering": "every file's stats cover every column, the clustering columns included; "
@@ -83,7 +86,6 @@ ENFORCED_FEATURES = {
 # Why the others are refused (delta-rs cannot commit to these tables either).
 _REFUSED_FEATURES = {
     "typeWidening": "type changes are not tracked by this sink's writer",
-    "rowTracking": "row ids and commit versions are not assigned by this sink's writer",
     "icebergCompatV1": "Iceberg compatibility metadata is not written by this sink",
     "icebergCompatV2": "Iceberg compatibility metadata is not written by this sink",
     "vacuumProtocolCheck": "delta-rs does not support it for writes",
@@ -160,25 +162,32 @@ def check_replaceable(configuration: Mapping[str, str], table_uri: str, operatio
     )
 
 
+#: Writer features of tables the sink writes by appending only, and why.
+_APPENDS_ONLY = {
+    "identityColumns": "the table has identity columns (writer feature identityColumns), and "
+    "the sink writes such tables by appending only (its appends generate the values and "
+    "advance the high-water marks); delta-rs, which commits the sink's other operations, "
+    "refuses the feature",
+    "rowTracking": "the table tracks row ids (writer feature rowTracking), and the sink's "
+    "rewrites do not carry the ids of the rows they copy yet; its appends number their rows",
+}
+
+
 def check_appends_only(features: TableFeatures, table_uri: str, operation: str) -> None:
     """Refuse an ``operation`` other than an append (an overwrite, complete mode, an upsert, a
-    compaction) on a table with identity columns, before anything is staged: delta-rs 1.6
-    refuses to commit to such tables, and only the sink's own log writer commits there, for
-    appends.
+    compaction) on a table the sink writes by appending only (identity columns, row
+    tracking), before anything is staged.
 
     Raises:
-        UnsupportedTableFeatureError: the table enables ``identityColumns``.
+        UnsupportedTableFeatureError: the table enables such a feature.
     """
-    if "identityColumns" not in features:
-        return
-    raise UnsupportedTableFeatureError(
-        f"{operation} cannot write {table_uri}: the table has identity columns (writer feature "
-        "identityColumns), and the sink writes such tables by appending only (its appends "
-        "generate the values and advance the high-water marks); delta-rs, which commits the "
-        "sink's other operations, refuses the feature. Nothing was written. Append to it "
-        "(mode='append'), or run this operation with delta-spark (MERGE, INSERT OVERWRITE, "
-        "OPTIMIZE)."
-    )
+    for feature, why in _APPENDS_ONLY.items():
+        if feature in features:
+            raise UnsupportedTableFeatureError(
+                f"{operation} cannot write {table_uri}: {why}. Nothing was written. Append to "
+                "it (mode='append'), or run this operation with delta-spark (MERGE, INSERT "
+                "OVERWRITE, OPTIMIZE)."
+            )
 
 
 # Features implied by a legacy reader version (3 lists them explicitly).

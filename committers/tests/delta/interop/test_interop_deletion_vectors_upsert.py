@@ -20,7 +20,7 @@ import pytest
 from deltalake import DeltaTable
 
 from committers.delta import DeletionVectorError, DeltaSink, register
-from committers.delta.commit import _committer
+from committers.delta.commit import _epoch_write
 from committers.delta.spark import _upsert_touched
 from committers.tests._delta_helpers import assert_no_orphans, staging_leftovers
 from committers.tests._delta_spark import comparable
@@ -202,7 +202,7 @@ def test_rows_deleted_between_the_read_and_the_commit_make_the_upsert_compute_ag
         return commit
 
     for commit in ("write_transaction", "write_commit_with_changes"):  # (merge-on-read: ours)
-        monkeypatch.setattr(_committer, commit, delete_first(getattr(_committer, commit)))
+        monkeypatch.setattr(_epoch_write, commit, delete_first(getattr(_epoch_write, commit)))
     changes = [(0, "0", -1.0, "U"), (9, "0", 0.0, "D")]
     _upsert(uri, deletion_vectors=deletion_vectors).write(spark.createDataFrame(changes, CHANGES))
 
@@ -346,7 +346,7 @@ def test_a_merge_on_read_batch_that_fails_to_commit_leaves_nothing_and_replays_o
         raise RuntimeError("the commit failed")
 
     with monkeypatch.context() as patched:
-        patched.setattr(_committer, "write_commit_with_changes", refuse)
+        patched.setattr(_epoch_write, "write_commit_with_changes", refuse)
         with pytest.raises(RuntimeError, match="the commit failed"):
             _upsert(uri).write(spark.createDataFrame(changes, CHANGES), epoch_id=7)
     assert DeltaTable(uri).version() == 1

@@ -1,7 +1,7 @@
 """The sink writes into tables delta-spark made: created by ``CREATE TABLE ... USING delta``
 (or delta-spark's DataFrame writer) with CHECK constraints, NOT NULL, generated columns,
 column mapping with renamed and dropped columns, deletion vectors, the change data feed, type
-widening, row tracking and v2 checkpoints (in-commit timestamps and liquid clustering have
+widening and v2 checkpoints (in-commit timestamps, liquid clustering and row tracking have
 their own modules). For each, the sink's append, upsert, overwrite and compaction either work (the
 rows read back by delta-spark, and by deltalake and/or DuckDB, are exactly the expected ones,
 and delta-spark still enforces the table's rules) or are refused before anything is written,
@@ -502,12 +502,6 @@ REFUSED = {
         ("ALTER TABLE {t} ALTER COLUMN v TYPE BIGINT",),
         "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
         "typeWidening",
-    ),
-    "row tracking": (
-        "id BIGINT, v INT",
-        (),
-        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')",
-        "rowTracking",
     ),
 }
 

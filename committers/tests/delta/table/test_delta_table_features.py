@@ -284,7 +284,7 @@ def _hand_written_table(
     "features",
     [
         ["typeWidening"],
-        ["rowTracking", "domainMetadata"],
+        ["icebergCompatV2"],
         ["someFutureFeature"],
     ],
 )

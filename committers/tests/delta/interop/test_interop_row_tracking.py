@@ -1,0 +1,124 @@
+"""Row tracking (the ``rowTracking`` writer feature) on tables delta-spark made: every file the
+sink appends gets a ``baseRowId`` above the table's high-water mark and its commit's version
+as ``defaultRowCommitVersion``, and the commit advances the ``delta.rowTracking`` domain;
+delta-spark's ``_metadata.row_id`` and ``_metadata.row_commit_version`` are the judge, before
+and after our writes, across a checkpoint and against a delta-spark commit racing ours. The
+operations that copy rows (overwrite, upsert, compaction) are refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.tests._delta_spark import assert_all_read, comparable
+from committers.tests._log_races import race_before_write
+from committers.tests.delta.interop.test_interop_delta_spark_write import _create
+from framework import TwoPhaseSink
+
+pytestmark = pytest.mark.spark
+
+ROWS = "id BIGINT, v INT"
+ROW_TRACKING_ON = (
+    "TBLPROPERTIES ('delta.enableRowTracking' = 'true', 'delta.checkpointInterval' = '3')"
+)
+
+
+def _tracked(spark, uri: str) -> dict[int, tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """id -> (row id, row commit version), as delta-spark reads them; row ids unique."""
+    rows = spark.sql(
+        f"SELECT id, _metadata.row_id AS rid, _metadata.row_commit_version AS rcv "
+        f"FROM delta.`{uri}`"
+    ).collect()
+    tracked = {r["id"]: (r["rid"], r["rcv"]) for r in rows}
+    row_ids = [rid for rid, _ in tracked.values()]
+    assert len(set(row_ids)) == len(row_ids) == len(rows), tracked
+    return tracked
+
+
+def _high_water_mark(uri: str) -> int:
+    marks = [
+        json.loads(action["domainMetadata"]["configuration"])["rowIdHighWaterMark"]
+        for commit in sorted((Path(uri) / "_delta_log").glob("*.json"))
+        for action in map(json.loads, commit.read_text().splitlines())
+        if action.get("domainMetadata", {}).get("domain") == "delta.rowTracking"
+    ]
+    return marks[-1]
+
+
+def test_appends_number_their_rows_above_the_high_water_mark(delta_spark, tmp_path, monkeypatch):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        ROWS,
+        "INSERT INTO {t} VALUES (1, 1), (2, 2)",
+        "UPDATE {t} SET v = 20 WHERE id = 2",
+        clauses=ROW_TRACKING_ON,
+    )
+    before = _tracked(spark, uri)
+    mark = _high_water_mark(uri)
+
+    TwoPhaseSink(DeltaSink(uri, app_id="a")).write(
+        spark.createDataFrame([(3, 3), (4, 4)], ROWS), epoch_id=0
+    )
+    ours = DeltaTable(uri).version()
+    TwoPhaseSink(DeltaSink(uri)).write(spark.createDataFrame([(5, 5)], ROWS))
+    # delta-spark commits right before our next commit file is written: ours lands after it,
+    # numbered above its rows
+    race_before_write(monkeypatch, lambda: spark.sql(f"INSERT INTO delta.`{uri}` VALUES (6, 6)"))
+    TwoPhaseSink(DeltaSink(uri, app_id="a")).write(
+        spark.createDataFrame([(7, 7)], ROWS), epoch_id=1
+    )
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (8, 8)")
+
+    tracked = _tracked(spark, uri)
+    assert {i: tracked[i] for i in before} == before  # rows already there keep theirs
+    assert min(tracked[i][0] for i in (3, 4, 5, 6, 7, 8)) > mark
+    assert tracked[3][1] == tracked[4][1] == ours
+    assert tracked[5][1] == ours + 1
+    assert tracked[7][1] == tracked[6][1] + 1  # after delta-spark's racing insert
+    assert tracked[8][0] > tracked[7][0]  # delta-spark took up our mark
+    assert _high_water_mark(uri) == max(rid for rid, _ in tracked.values())
+    assert assert_all_read(spark, uri) == comparable(
+        [{"id": i, "v": 20 if i == 2 else i} for i in range(1, 9)]
+    )
+    our_commits = [
+        json.loads(line)
+        for v in (ours, ours + 1)
+        for line in (Path(uri) / "_delta_log" / f"{v:020d}.json").read_text().splitlines()
+    ]
+    infos = [a["commitInfo"] for a in our_commits if "commitInfo" in a]
+    assert all(i["tags"] == {"delta.rowTracking.preserved": "true"} for i in infos)
+    checkpoints = sorted((Path(uri) / "_delta_log").glob("*.checkpoint.parquet"))
+    assert checkpoints and int(checkpoints[-1].name[:20]) > ours  # (delta-rs's, ours included)
+    adds = [a for a in pq.read_table(checkpoints[-1], columns=["add"]).column(0).to_pylist() if a]
+    assert len(adds) >= 5 and all(a["baseRowId"] is not None for a in adds)
+    assert all(a["defaultRowCommitVersion"] is not None for a in adds)
+    assert _tracked(spark, uri) == tracked  # read through that checkpoint: the same ids
+
+
+def test_operations_that_copy_rows_are_refused(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(spark, uri, ROWS, "INSERT INTO {t} VALUES (1, 1)", clauses=ROW_TRACKING_ON)
+    TwoPhaseSink(DeltaSink(uri, app_id="a")).write(spark.createDataFrame([(2, 2)], ROWS))
+    version = DeltaTable(uri).version()
+    rows = spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING")
+    attempts = {
+        "overwrite": lambda: TwoPhaseSink(DeltaSink(uri, mode="overwrite")).write(rows.drop("op")),
+        "upsert": lambda: TwoPhaseSink(
+            DeltaSink(uri, app_id="u", mode="upsert", keys=["id"], delete_when="op = 'D'")
+        ).write(rows),
+        "compaction": lambda: DeltaSink(uri).compact(spark),
+    }
+    for operation, attempt in attempts.items():
+        with pytest.raises(UnsupportedTableFeatureError, match="tracks row ids"):
+            attempt()
+        assert DeltaTable(uri).version() == version, operation
+    assert assert_all_read(spark, uri) == comparable([{"id": 1, "v": 1}, {"id": 2, "v": 2}])
