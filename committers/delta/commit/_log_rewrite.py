@@ -138,16 +138,16 @@ def put_log_commit(
     ``removes`` and ``adds`` as :func:`~committers.delta.commit._log_append.commit_lines`
     spells them, then ``cdc`` actions (``metadata_action`` and ``mode`` as there); put-if-absent,
     the one writer of the commits delta-rs cannot write (deletion vectors here, change files in
-    :mod:`._change_data_commit`, a replaced schema and partitioning in ``_committer``).
+    :mod:`._change_data_commit`, a replaced schema and partitioning in
+    :mod:`._schema_replacement`, commits to tables delta-rs refuses in ``_sequence``).
     ``needs`` says why the commit cannot go through delta-rs, for the refusal below. What
     the table's features ask of every commit is added: an in-commit timestamp
     (:func:`next_in_commit_timestamp`), row ids (:mod:`._row_tracking`).
 
     Raises:
         UnsupportedTableFeatureError: the table's storage is neither local nor S3, the only
-            stores the log writer commits to; nothing was written.
-        UnsupportedTableFeatureError: also a commit removing files from a table tracking row
-            ids; nothing was written.
+            stores the log writer commits to, or the commit removes files from a table that
+            tracks row ids; nothing was written.
         CommitFailedError: another writer took that version; nothing was written.
         OSError: the outcome of the write is unknown (the caller reconciles).
     """
