@@ -109,7 +109,8 @@ def test_every_commit_the_sink_writes_carries_an_increasing_in_commit_timestamp(
 
     for version in stamps:  # nothing but the in-commit timestamps times the versions now
         _set_mtime(uri, version, dt.datetime(2001, 1, 1, tzinfo=UTC))
-    for version, stamp in stamps.items():
+    for version in (0, 3, 5, 7):  # (one of each writer's commits: the reads cost seconds)
+        stamp = stamps[version]
         at = spark_rows(spark, uri, versionAsOf=version)
         assert spark_rows(spark, uri, timestampAsOf=_iso(stamp)) == at
         assert comparable(read_table(spark, uri, timestamp=_iso(stamp)).toArrow().to_pylist()) == at
@@ -185,7 +186,8 @@ def test_time_travel_and_stream_starts_across_the_version_that_enabled_them(delt
 
     times = {v: int((base + dt.timedelta(minutes=v)).timestamp() * 1000) for v in range(3)}
     times |= stamps
-    for version, stamp in times.items():
+    for version in (1, 2, 3, 5):  # both sides of the enablement, and the latest version
+        stamp = times[version]
         at = spark_rows(spark, uri, versionAsOf=version)
         for when in (_iso(stamp), _iso(stamp + 1))[: 1 if version == 5 else 2]:
             assert spark_rows(spark, uri, timestampAsOf=when) == at, (version, when)
