@@ -7,6 +7,7 @@ import os
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -65,15 +66,21 @@ def committed_files(table_uri: str) -> set[str]:
     return {os.path.relpath(u.replace("file://", ""), root) for u in DeltaTable(root).file_uris()}
 
 
+def log_actions(table_uri: str, kind: str, first: int = 0) -> list[dict[str, Any]]:
+    """Every ``kind`` action (``"add"``, ``"domainMetadata"``...) of a local table's commits
+    from version ``first`` on, oldest first."""
+    return [
+        action[kind]
+        for commit in sorted((Path(table_uri) / "_delta_log").glob("*.json"))
+        if int(commit.name[:20]) >= first
+        for action in map(json.loads, commit.read_text().splitlines())
+        if kind in action
+    ]
+
+
 def files_ever_added(table_uri: str) -> set[str]:
     """Every path an add action of a local table's log has named (as the log spells it)."""
-    added = set()
-    for commit in sorted((Path(table_uri) / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                added.add(action["add"]["path"])
-    return added
+    return {add["path"] for add in log_actions(table_uri, "add")}
 
 
 def staging_leftovers(table_uri: str) -> list[str]:

@@ -162,17 +162,17 @@ class LogView:
         except (ValueError, KeyError, TypeError):  # a torn or foreign pointer: start at 0
             log.info("unreadable %s/%s; reading the log from version 0", LOG_DIR, LAST_CHECKPOINT)
             return None
-        if pointer.get("v2Checkpoint") is not None:
-            raise LogViewUnavailable(f"version {version} has a v2 checkpoint")
         parts = pointer.get("parts")
-        names = (
-            [
+        v2 = pointer.get("v2Checkpoint")
+        if isinstance(v2, dict) and v2.get("path"):  # delta-spark's v2 checkpoint, UUID-named
+            names = [str(v2["path"])]
+        elif parts:
+            names = [
                 f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet"
                 for i in range(1, parts + 1)
             ]
-            if parts
-            else [f"{version:020d}.checkpoint.parquet"]
-        )
+        else:
+            names = [f"{version:020d}.checkpoint.parquet"]
         protocol = metadata = None
         txns: dict[str, int] = {}
         domains: dict[str, dict[str, Any]] = {}

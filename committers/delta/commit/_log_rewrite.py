@@ -16,7 +16,6 @@ commit sequence re-checks on a fresh snapshot and tries again.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,7 +30,11 @@ from committers.delta.commit._log_store import LogStore, json_line
 from committers.delta.commit._row_tracking import assigns_row_ids, row_ids
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
-from committers.delta.table._protocol import UnsupportedTableFeatureError, uses_in_commit_timestamps
+from committers.delta.table._protocol import (
+    UnsupportedTableFeatureError,
+    recorded_in_commit_timestamp,
+    uses_in_commit_timestamps,
+)
 from committers.delta.table._table import delta_rs_path
 
 __all__ = [
@@ -195,11 +198,8 @@ def next_in_commit_timestamp(store: LogStore, version: int, now_ms: int) -> int:
     clock ahead of ours): PROTOCOL.md, "In-Commit Timestamps", makes them strictly
     increasing."""
     previous = store.read(f"{version - 1:020d}.json") if version > 0 else None
-    if previous:
-        info = json.loads(previous.split(b"\n", 1)[0]).get("commitInfo") or {}
-        if info.get("inCommitTimestamp") is not None:
-            return max(now_ms, int(info["inCommitTimestamp"]) + 1)
-    return now_ms
+    stamp = None if previous is None else recorded_in_commit_timestamp(previous)
+    return now_ms if stamp is None else max(now_ms, stamp + 1)
 
 
 def remove_entry(

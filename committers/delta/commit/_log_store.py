@@ -16,7 +16,7 @@ import itertools
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
@@ -140,36 +140,33 @@ class LogStore:
     def read_checkpoint(self, name: str) -> dict[str, Any]:
         """The ``protocol``, ``metaData`` (as JSON actions), ``txn`` entries (app id ->
         version) and ``domainMetadata`` actions (domain -> action) of checkpoint file
-        ``name``; only those columns are read.
+        ``name``: a Parquet checkpoint (only those columns are read) or a v2 checkpoint's
+        JSON one (``<version>.checkpoint.<uuid>.json``). Its file actions, in the checkpoint
+        or in sidecars, are not read.
 
         Raises:
             LogViewUnavailable: the checkpoint file is missing.
         """
+        if name.endswith(".json"):
+            raw = self.read(name)
+            if raw is None:
+                raise LogViewUnavailable(f"checkpoint {name} is missing")
+            return _non_file_actions(map(json.loads, raw.splitlines()))
         path = self._path(name)
         try:
             opener = open if self._location.is_local else self._location.filesystem().open
             with opener(path, "rb") as handle:
                 parquet = pq.ParquetFile(handle)
-                wanted = [
-                    c
-                    for c in ("protocol", "metaData", "txn", "domainMetadata")
-                    if c in parquet.schema_arrow.names
-                ]
+                wanted = [c for c in _NON_FILE_ACTIONS if c in parquet.schema_arrow.names]
                 columns = parquet.read(columns=wanted)
         except FileNotFoundError as err:
             raise LogViewUnavailable(f"checkpoint {name} is missing") from err
-        found: dict[str, Any] = {}
-        for name_ in wanted:
-            for entry in columns.column(name_).to_pylist():
-                if entry is None or all(v is None for v in entry.values()):
-                    continue
-                if name_ == "txn":
-                    found.setdefault("txn", {})[entry["appId"]] = int(entry["version"])
-                elif name_ == "domainMetadata":
-                    found.setdefault(name_, {})[entry["domain"]] = dict(entry)
-                else:
-                    found[name_] = _as_json_action(entry)
-        return found
+        return _non_file_actions(
+            {kind: entry}
+            for kind in wanted
+            for entry in columns.column(kind).to_pylist()
+            if entry is not None and any(v is not None for v in entry.values())
+        )
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         """Write ``_delta_log/<name>`` unless it exists, atomically: readers see all of it or
@@ -223,6 +220,23 @@ class LogStore:
             raise OSError(f"PUT of {LOG_DIR}/{name} failed, outcome unknown: {err}") from err
         except BotoCoreError as err:  # a dropped connection or timeout: it may have landed
             raise OSError(f"PUT of {LOG_DIR}/{name} failed, outcome unknown: {err}") from err
+
+
+_NON_FILE_ACTIONS = ("protocol", "metaData", "txn", "domainMetadata")
+
+
+def _non_file_actions(actions: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What :meth:`LogStore.read_checkpoint` returns, from a checkpoint's actions."""
+    found: dict[str, Any] = {}
+    for action in actions:
+        for kind, entry in action.items():
+            if kind == "txn":
+                found.setdefault("txn", {})[entry["appId"]] = int(entry["version"])
+            elif kind == "domainMetadata":
+                found.setdefault(kind, {})[entry["domain"]] = dict(entry)
+            elif kind in ("protocol", "metaData"):
+                found[kind] = _as_json_action(entry)
+    return found
 
 
 def _as_json_action(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from committers.delta.commit._log_append import LogView
+from committers.delta.commit._log_append import LogView, LogViewUnavailable
 from committers.delta.commit._log_store import LogStore
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 
@@ -58,7 +58,8 @@ def row_ids(
 
     Raises:
         UnsupportedTableFeatureError: the commit removes files (it would copy rows whose
-            stable ids it cannot preserve); nothing was written.
+            stable ids it cannot preserve), or the log cannot be followed to the high-water
+            mark (a v2 checkpoint); nothing was written.
         CommitFailedError: the log moved past ``version - 1`` (a race: retried on a fresh
             snapshot).
     """
@@ -67,10 +68,17 @@ def row_ids(
             f"cannot commit to {store.uri}: it tracks row ids, and this commit removes files "
             "whose rows the sink cannot carry over with their ids. Nothing was written."
         )
-    view = LogView.load(store)
+    try:
+        view = LogView.load(store)
+    except LogViewUnavailable as err:
+        raise UnsupportedTableFeatureError(
+            f"cannot commit to {store.uri}: it tracks row ids, and the sink reads the table's "
+            f"row id high-water mark from its log, which it cannot follow here ({err}). "
+            "Nothing was written. Write this table with delta-spark."
+        ) from err
     if view.version != version - 1:
         raise CommitFailedError(f"version {version} of {store.uri} was written first")
-    mark = high_water_mark(view.domains.get(ROW_TRACKING_DOMAIN))
+    mark = first_mark = high_water_mark(view.domains.get(ROW_TRACKING_DOMAIN))
     numbered = []
     for add in adds:
         records = json.loads(add.get("stats") or "{}").get("numRecords")
@@ -82,7 +90,7 @@ def row_ids(
         numbered.append({**add, "baseRowId": mark + 1, "defaultRowCommitVersion": version})
         mark += int(records)
     domain = None
-    if numbered and mark > high_water_mark(view.domains.get(ROW_TRACKING_DOMAIN)):
+    if numbered and mark > first_mark:
         configuration = {"rowIdHighWaterMark": mark, "domainName": ROW_TRACKING_DOMAIN}
         domain = {
             "domain": ROW_TRACKING_DOMAIN,

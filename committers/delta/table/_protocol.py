@@ -8,6 +8,7 @@ refuses, with the feature's name and what to do, every table the sink cannot wri
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ __all__ = [
     "check_replaceable",
     "protocol_reader_features",
     "reader_features",
+    "recorded_in_commit_timestamp",
     "uses_in_commit_timestamps",
 ]
 
@@ -220,3 +222,14 @@ IN_COMMIT_TIMESTAMPS_KEY = "delta.enableInCommitTimestamps"
 def uses_in_commit_timestamps(configuration: Mapping[str, str | None]) -> bool:
     """Whether a table's configuration turns in-commit timestamps on."""
     return str(configuration.get(IN_COMMIT_TIMESTAMPS_KEY, "false")).strip().lower() == "true"
+
+
+def recorded_in_commit_timestamp(commit: bytes) -> int | None:
+    """The ``inCommitTimestamp`` (milliseconds) a commit file's content records, if any: it is
+    in the ``commitInfo``, which such commits write first (only the first line is parsed)."""
+    try:
+        info = json.loads(commit.split(b"\n", 1)[0]).get("commitInfo") or {}
+    except (ValueError, AttributeError):
+        return None
+    stamp = info.get("inCommitTimestamp")
+    return None if stamp is None else int(stamp)

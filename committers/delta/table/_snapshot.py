@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -28,6 +27,7 @@ from committers.delta.table._protocol import (
     UnsupportedTableFeatureError,
     protocol_reader_features,
     reader_features,
+    recorded_in_commit_timestamp,
 )
 from committers.delta.table._rules import TableShape
 from committers.delta.table._table import file_mtime, plain_error_text
@@ -322,11 +322,10 @@ def _in_commit_timestamp(location: TableLocation, version: int) -> float | None:
     try:
         with location.filesystem().open(location.path(f"_delta_log/{version:020d}.json")) as f:
             first = f.readline()
-        info = json.loads(first).get("commitInfo") or {}
-    except (FileNotFoundError, ValueError, AttributeError):
+    except FileNotFoundError:
         return None
-    stamp = info.get("inCommitTimestamp")
-    return None if stamp is None else int(stamp) / 1000
+    stamp = recorded_in_commit_timestamp(first)
+    return None if stamp is None else stamp / 1000
 
 
 def _not_a_table(location: TableLocation, err: BaseException | None = None) -> NotATableError:

@@ -22,6 +22,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.delta.commit._log_append import LogView
+from committers.delta.commit._log_store import LogStore
+from committers.delta.storage._storage import TableLocation
 from committers.tests._delta_spark import (
     assert_all_read,
     comparable,
@@ -472,14 +475,25 @@ def test_v2_checkpoints(delta_spark, tmp_path):
     checkpoints delta-rs writes at the table's interval carry the v2 checkpoint metadata."""
     spark = delta_spark
     uri = str(tmp_path / "t")
-    _id_v_table(
-        spark,
-        uri,
-        "INSERT INTO {t} VALUES (1, 1)",
-        "INSERT INTO {t} VALUES (2, 2)",
-        properties="'delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2'",
-    )
+    top_level = "spark.databricks.delta.checkpointV2.topLevelFileFormat"
+    spark.conf.set(top_level, "json")
+    try:
+        _id_v_table(
+            spark,
+            uri,
+            "INSERT INTO {t} VALUES (1, 1)",
+            "INSERT INTO {t} VALUES (2, 2)",
+            "INSERT INTO {t} VALUES (5, 5)",
+            properties="'delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2'",
+        )
+    finally:
+        spark.conf.unset(top_level)
     assert list((Path(uri) / "_delta_log" / "_sidecars").glob("*.parquet"))
+    assert list((Path(uri) / "_delta_log").glob("00000000000000000002.checkpoint.*.json"))
+    # The sink's log view (the flat commit path) starts from the UUID-named v2 checkpoint.
+    view = LogView.load(LogStore(TableLocation.of(uri)))
+    assert (view.version, "v2Checkpoint" in view.writer_features) == (3, True)
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 5")
     _append(uri, spark.createDataFrame([(3, 3)], ROWS))
     _upsert(uri, spark.createDataFrame([(1, 10, "U"), (2, 0, "D")], ROWS + ", op STRING"))
     DeltaSink(uri).compact(spark)

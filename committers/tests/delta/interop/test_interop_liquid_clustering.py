@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.tests._delta_helpers import log_actions
 from committers.tests._delta_spark import assert_all_read, comparable
 from committers.tests.delta.interop.test_interop_delta_spark_write import _create
 from framework import TwoPhaseSink
@@ -24,18 +25,6 @@ from framework.errors import SchemaMismatchError
 pytestmark = pytest.mark.spark
 
 ROWS = "id BIGINT, v INT, s STRING"
-
-
-def _actions(uri: str, kind: str, first: int = 0) -> list[dict]:
-    """Every ``kind`` action of the commits from version ``first`` on, oldest first."""
-    commits = sorted((Path(uri) / "_delta_log").glob("*.json"))
-    return [
-        action[kind]
-        for commit in commits
-        if int(commit.name[:20]) >= first
-        for action in map(json.loads, commit.read_text().splitlines())
-        if kind in action
-    ]
 
 
 def _clustering_columns(spark, uri: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -54,7 +43,7 @@ def test_every_write_keeps_the_clustering_and_delta_spark_reclusters(delta_spark
         clauses="CLUSTER BY (v) TBLPROPERTIES ('delta.checkpointInterval' = '2')",
     )
     ours_from = DeltaTable(uri).version() + 1
-    domain = _actions(uri, "domainMetadata")
+    domain = log_actions(uri, "domainMetadata")
     TwoPhaseSink(DeltaSink(uri, app_id="a")).write(
         spark.createDataFrame([(3, 3, "c")], ROWS), epoch_id=0
     )
@@ -72,8 +61,8 @@ def test_every_write_keeps_the_clustering_and_delta_spark_reclusters(delta_spark
     rows = comparable([{"id": i, "v": v, "s": s} for i, v, s in expected])
     assert assert_all_read(spark, uri) == rows
     assert _clustering_columns(spark, uri) == ["v"]
-    assert _actions(uri, "domainMetadata") == domain  # nobody but delta-spark wrote it
-    adds = _actions(uri, "add", first=ours_from)
+    assert log_actions(uri, "domainMetadata") == domain  # nobody but delta-spark wrote it
+    adds = log_actions(uri, "add", first=ours_from)
     assert adds and all(a.get("clusteringProvider") is None for a in adds)
     for add in adds:
         stats = json.loads(add["stats"])
@@ -84,7 +73,7 @@ def test_every_write_keeps_the_clustering_and_delta_spark_reclusters(delta_spark
     assert [d for d in kept if d] == domain
 
     spark.sql(f"OPTIMIZE delta.`{uri}`")  # delta-spark reclusters our unclustered files
-    assert {a.get("clusteringProvider") for a in _actions(uri, "add")[-1:]} == {"liquid"}
+    assert {a.get("clusteringProvider") for a in log_actions(uri, "add")[-1:]} == {"liquid"}
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (7, 7, 'g')")
     assert assert_all_read(spark, uri) == comparable([*rows, {"id": 7, "v": 7, "s": "g"}])
 
@@ -99,7 +88,7 @@ def test_new_clustering_columns_have_stats_and_schema_changes_are_refused(delta_
     spark.sql(f"ALTER TABLE delta.`{uri}` CLUSTER BY (s)")
     TwoPhaseSink(DeltaSink(uri, app_id="a")).write(spark.createDataFrame([(2, 2, "b")], ROWS))
     assert _clustering_columns(spark, uri) == ["s"]
-    assert json.loads(_actions(uri, "add")[-1]["stats"])["minValues"]["s"] == "b"
+    assert json.loads(log_actions(uri, "add")[-1]["stats"])["minValues"]["s"] == "b"
     version = DeltaTable(uri).version()
     overwrite = DeltaSink(uri, mode="overwrite", schema_mode="overwrite")
     with pytest.raises(UnsupportedTableFeatureError, match="clustered"):

@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.tests._delta_helpers import log_actions
 from committers.tests._delta_spark import assert_all_read, comparable
 from committers.tests._log_races import race_before_write
 from committers.tests.delta.interop.test_interop_delta_spark_write import _create
@@ -42,10 +43,9 @@ def _tracked(spark, uri: str) -> dict[int, tuple[int, int]]:  # type: ignore[no-
 
 def _high_water_mark(uri: str) -> int:
     marks = [
-        json.loads(action["domainMetadata"]["configuration"])["rowIdHighWaterMark"]
-        for commit in sorted((Path(uri) / "_delta_log").glob("*.json"))
-        for action in map(json.loads, commit.read_text().splitlines())
-        if action.get("domainMetadata", {}).get("domain") == "delta.rowTracking"
+        json.loads(domain["configuration"])["rowIdHighWaterMark"]
+        for domain in log_actions(uri, "domainMetadata")
+        if domain["domain"] == "delta.rowTracking"
     ]
     return marks[-1]
 
