@@ -20,6 +20,7 @@ from committers.delta._sink_options import (
     resolved_writer_options,
 )
 from committers.delta.commit._auto_compact import AutoCompactor
+from committers.delta.commit._clustering import check_cluster_by, planned_clustering
 from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
 from committers.delta.commit._log_store import LogStore
@@ -101,6 +102,10 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             same checkpoint.
         partition_by: partition columns of a table the sink creates (columns of the input).
             An existing table keeps its own partitioning: leave this out or repeat it.
+        cluster_by: up to 4 columns of the input a table the sink creates is clustered by
+            (liquid clustering: no partitions; ``compact()`` sorts by them, delta-spark's
+            ``OPTIMIZE`` clusters). An existing table keeps its own clustering: leave this out
+            or repeat it.
         storage_options: one set of options for staging (fsspec) and the log (delta-rs), e.g.
             ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``.
         schema_mode: ``"strict"`` (input must match the table), ``"merge"`` (new nullable
@@ -188,6 +193,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         *,
         app_id: str | None = None,
         partition_by: Sequence[str] = (),
+        cluster_by: Sequence[str] | None = None,
         storage_options: Mapping[str, str] | None = None,
         schema_mode: SchemaMode | Literal["overwrite"] = "strict",
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
@@ -230,6 +236,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         check_schema_mode(schema_mode, mode, replace_where)
         self.app_id = app_id
         self.partition_by = partition_by
+        self.cluster_by = check_cluster_by(cluster_by, partition_by)
+        self._creates_clustered: list[str] = []  # set by prepare(): a new table's clustering
         self.replaces_schema = schema_mode == "overwrite"
         # (an overwritten schema is the input's: the rows are then planned strictly)
         self.schema_mode: SchemaMode = "merge" if schema_mode == "merge" else "strict"
@@ -372,6 +380,9 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                 )
         if table is not None and self.mode == "overwrite":
             check_appends_only(shape.features, self.location.uri, "mode='overwrite'")
+        self._creates_clustered = planned_clustering(
+            self.location, table is not None, schema, self.cluster_by, self.table_configuration
+        )
         plan = plan_write(shape, schema, self.schema_mode, self.location.uri, self.option_spelling)
         if table is not None and self.mode == "overwrite":
             check_replaceable(dict(shape.configuration), self.location.uri, "mode='overwrite'")
@@ -554,6 +565,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
             input_schema=schema,
             schema_mode=self.schema_mode,
             table_configuration=self.table_configuration,
+            cluster_by=self._creates_clustered,
             user_metadata=self.user_metadata,
             replace_where=self.replace_where if self.mode == "overwrite" else None,
             deletion_vectors=self.deletion_vectors,
@@ -678,6 +690,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         return (
             f"DeltaSink({self.location.uri!r}, app_id={self.app_id!r}, "
             f"partition_by={self.partition_by!r}"
+            + (f", cluster_by={self.cluster_by!r}" if self.cluster_by else "")
             + (f", mode={self.mode!r}" if self.mode != "append" else "")
             + (f", replace_where={self.replace_where.text!r}" if self.replace_where else "")
             + (f", keys={list(self._upsert_spec.keys)!r}" if self._upsert_spec else "")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from deltalake import (
@@ -126,6 +126,7 @@ class DeltaGlobalCommitter(
         input_schema: pa.Schema,
         schema_mode: SchemaMode,
         table_configuration: Mapping[str, str] | None = None,
+        cluster_by: Sequence[str] = (),
         backoff: Backoff = COMMIT_BACKOFF,
         log_cleanup_every: int = LOG_CLEANUP_EVERY,
         user_metadata: str | None = None,
@@ -159,6 +160,7 @@ class DeltaGlobalCommitter(
         self._input_schema = input_schema
         self._schema_mode = schema_mode
         self._table_configuration = dict(table_configuration or {})
+        self._cluster_by = list(cluster_by)  # a table this committer creates is clustered by
         self._backoff = backoff
         self._log_cleanup_every = log_cleanup_every
         self._user_metadata = user_metadata

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -18,9 +18,11 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from committers.delta.commit._change_data_commit import (
     LoggedRemove,
+    add_entry,
     live_removes,
     write_commit_with_changes,
 )
+from committers.delta.commit._clustering import create_clustered_table
 from committers.delta.commit._replacement import ReplacementCommits
 from committers.delta.commit._schema_replacement import write_schema_replacement
 from committers.delta.commit._sequence import POST_COMMIT, add_action, write_transaction
@@ -44,6 +46,7 @@ class EpochWrites(ReplacementCommits):
     _plan: WritePlan
     _input_schema: pa.Schema
     _table_configuration: Mapping[str, str]
+    _cluster_by: Sequence[str]
     _replaces_schema: bool
 
     def _replaces_all(self, epoch: Epoch) -> bool:
@@ -146,6 +149,8 @@ class EpochWrites(ReplacementCommits):
         writer created the table first (this epoch then appends to it)."""
         epoch = committable.epoch
         shape = self._plan.shape
+        if self._cluster_by:
+            return self._create_clustered_with(committable)
         try:
             create_table_with_add_actions(
                 self._location.uri,
@@ -166,5 +171,31 @@ class EpochWrites(ReplacementCommits):
             raise
         log.info(
             "created table %s with batch %s of %r", self._location.uri, epoch.epoch_id, epoch.app_id
+        )
+        return True
+
+    def _create_clustered_with(self, committable: DeltaCommittable) -> bool:
+        """:meth:`_create_with` for a table clustered by ``cluster_by`` (see ``_clustering``)."""
+        epoch = committable.epoch
+        properties = self._commit_properties(committable, retries=0)
+        txns = properties.app_transactions or []
+        created = create_clustered_table(
+            self._location,
+            DeltaSchema.from_arrow(new_table_schema(self._input_schema)),
+            self._cluster_by,
+            [add_entry(f) for f in committable.files],
+            configuration=self._table_configuration,
+            txn=(txns[0].app_id, txns[0].version) if txns else None,
+            custom_metadata=properties.custom_metadata or {},
+        )
+        if not created:
+            log.info("table %s was created concurrently; appending to it", self._location.uri)
+            return False
+        log.info(
+            "created table %s clustered by %s with batch %s of %r",
+            self._location.uri,
+            list(self._cluster_by),
+            epoch.epoch_id,
+            epoch.app_id,
         )
         return True

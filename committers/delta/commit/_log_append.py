@@ -329,6 +329,7 @@ def commit_lines(
     partition_by: Sequence[str],
     now_ms: int,
     metadata_action: Mapping[str, Any] | None = None,
+    protocol_action: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     removes: Sequence[Mapping[str, Any]] = (),
     mode: str = "Append",
@@ -344,7 +345,8 @@ def commit_lines(
     commitInfo by hash; here they come in a fixed order.
 
     ``metadata_action``: a ``metaData`` action to commit too (written after the commitInfo, as
-    delta-spark does), e.g. one advancing identity high-water marks; ``tags``: the
+    delta-spark does), e.g. one advancing identity high-water marks; ``protocol_action``: a
+    ``protocol`` action, written before it (a table's first commit); ``tags``: the
     commitInfo's ``tags`` (delta-spark's, such as ``delta.identity.schemaUpdate``);
     ``removes``: ``remove`` actions, written as given before the adds (for the rewrites
     delta-rs cannot spell, see :mod:`._log_rewrite`); ``mode``: the WRITE's mode as the
@@ -375,6 +377,8 @@ def commit_lines(
     if tags:
         info["tags"] = dict(tags)
     lines: list[dict[str, Any]] = [{"commitInfo": info}]
+    if protocol_action is not None:
+        lines.append({"protocol": dict(protocol_action)})
     if metadata_action is not None:
         lines.append({"metaData": dict(metadata_action)})
     lines += [{"domainMetadata": dict(domain)} for domain in domains]

@@ -48,11 +48,14 @@ def grouped_rows(
     layout: FileLayout,
     groups: Sequence[tuple[Sequence[str], tuple[str | None, ...]]],
     deleted: Mapping[str, np.ndarray] | None = None,
+    cluster_by: Sequence[str] = (),
 ) -> DataFrame:
     """The rows of each group's files (paths relative to ``root``) with the group's partition
     values, one shuffle partition per group, in the columns ``layout`` writes, without the
     rows ``deleted`` (path -> sorted row indexes its deletion vector deletes) names.
-    ``root_path`` is :func:`scan_root_path` of ``root``."""
+    ``root_path`` is :func:`scan_root_path` of ``root``. With ``cluster_by`` (the columns of a
+    clustered table, which has no partitions) the rows of all groups are spread over as many
+    shuffle partitions by ranges of those columns instead, each sorted by them."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
@@ -85,6 +88,9 @@ def grouped_rows(
     # Broadcast: Spark cannot size a local relation, and would otherwise shuffle and sort
     # every row by its file path (a sort-merge join: 4x the time of the whole rewrite).
     joined = rows.join(F.broadcast(files), on=_FILE, how="inner")
-    return joined.repartition(len(groups), F.col(_GROUP)).select(
-        *[F.col(quote(c)) for c in [*data_columns, *partition_columns]]
-    )
+    if cluster_by:
+        by = [F.col(quote(c)) for c in cluster_by]
+        spread = joined.repartitionByRange(len(groups), *by).sortWithinPartitions(*by)
+    else:
+        spread = joined.repartition(len(groups), F.col(_GROUP))
+    return spread.select(*[F.col(quote(c)) for c in [*data_columns, *partition_columns]])

@@ -18,6 +18,7 @@ from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._rules import TableShape, WritePlan
 from committers.delta.table._schema import SchemaMode
 from committers.delta.table._snapshot import reader_features
+from committers.delta.table._stats import has_min_max_stats
 from committers.delta.write._upsert_spec import UpsertSpec
 from framework.errors import (
     ConfigurationError,
@@ -282,15 +283,7 @@ def _holds_maps(t: pa.DataType) -> bool:
 
 
 def _check_sequence_type(name: str, t: pa.DataType) -> None:
-    if (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-    ):
+    if has_min_max_stats(t):
         return
     raise UnsupportedTypeError(
         f"sequence_by column {name!r} is {t}: the changes of a key are ordered by it, so it "

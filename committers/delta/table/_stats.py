@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["STRING_PREFIX_LENGTH", "FileStatsCollector"]
+__all__ = ["STRING_PREFIX_LENGTH", "FileStatsCollector", "has_min_max_stats"]
 
 STRING_PREFIX_LENGTH = 32  # as delta-spark's dataSkippingStringPrefixLength
 _TIE_BREAKER = "\U0010ffff"  # sorts after every character, in UTF-8 byte order too
@@ -279,3 +279,18 @@ def _dumps(value: Any) -> str:
     if isinstance(value, decimal.Decimal):
         return format(value, "f")
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def has_min_max_stats(t: pa.DataType) -> bool:
+    """Whether files get ``minValues``/``maxValues`` for a column of type ``t`` and readers
+    skip by them: numbers, strings, dates and timestamps (delta-spark's
+    ``SkippingEligibleDataType``, which its clustering columns must be)."""
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+    )

@@ -556,7 +556,7 @@ def test_what_only_spark_cannot_rewrite_is_refused_with_staging_spark_and_done_i
 ):
     from deltalake.schema import StructType
 
-    import committers.delta.commit._compact as compact_module
+    import committers.delta.commit._compact_rewrite as compact_module
 
     uri = str(tmp_path / "t")
     _write_small_files(uri, batches=2)

@@ -8,7 +8,9 @@ delta-rs and DuckDB read the same rows; delta-spark keeps clustering and writing
 
 from __future__ import annotations
 
+import itertools
 import json
+import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,7 +22,7 @@ from committers.tests._delta_helpers import log_actions
 from committers.tests._delta_spark import assert_all_read, comparable
 from committers.tests.delta.interop.test_interop_delta_spark_write import _create
 from framework import TwoPhaseSink
-from framework.errors import SchemaMismatchError
+from framework.errors import ConfigurationError, SchemaMismatchError
 
 pytestmark = pytest.mark.spark
 
@@ -101,3 +103,73 @@ def test_new_clustering_columns_have_stats_and_schema_changes_are_refused(delta_
     assert assert_all_read(spark, uri) == comparable(
         [{"id": 1, "v": 1, "s": "a"}, {"id": 2, "v": 2, "s": "b"}]
     )
+
+
+def _protocol_and_domain(uri: str) -> tuple[dict, list[dict]]:
+    return log_actions(uri, "protocol")[-1], log_actions(uri, "domainMetadata")
+
+
+def test_the_sink_creates_and_compacts_a_clustered_table_as_delta_spark_does(delta_spark, tmp_path):
+    """``DeltaSink(cluster_by=[...])`` creates the table with its first batch: the protocol and
+    the ``delta.clustering`` domain equal those of delta-spark's ``CREATE TABLE ... CLUSTER
+    BY`` of the same schema; a replayed batch commits nothing; ``compact()`` clusters (each
+    file it writes holds one range of the clustering columns, sorted); delta-spark reads,
+    clusters (``OPTIMIZE``) and writes the table, and three readers agree."""
+    spark = delta_spark
+    uri, reference = str(tmp_path / "t"), str(tmp_path / "ref")
+    _create(spark, reference, ROWS, clauses="CLUSTER BY (s, id)")
+    sink = DeltaSink(uri, app_id="a", cluster_by=["S", "id"])  # spelled as the input's
+    assert "cluster_by=['S', 'id']" in repr(sink)
+    TwoPhaseSink(sink).write(spark.createDataFrame([(1, 1, "a"), (2, 2, "b")], ROWS), epoch_id=0)
+    assert _clustering_columns(spark, uri) == ["s", "id"]
+    ours, theirs = _protocol_and_domain(uri), _protocol_and_domain(reference)
+    assert ours[1] == theirs[1]
+    assert (ours[0]["minReaderVersion"], ours[0]["minWriterVersion"]) == (1, 7)
+    assert set(ours[0]["writerFeatures"]) == set(theirs[0]["writerFeatures"])
+
+    again = DeltaSink(uri, app_id="a", cluster_by=["s", "id"])  # the table's own clustering
+    TwoPhaseSink(again).write(spark.createDataFrame([(1, 1, "a")], ROWS), epoch_id=0)  # replay
+    rows = [(1, 1, "a"), (2, 2, "b")]
+    for epoch in range(1, 5):  # four files over the whole range of s, ~400 KB each
+        batch = [(epoch * 100_000 + i, i, uuid.uuid4().hex) for i in range(10_000)]
+        TwoPhaseSink(DeltaSink(uri, app_id="a")).write(
+            spark.createDataFrame(batch, ROWS), epoch_id=epoch
+        )
+        rows += batch
+    before = DeltaTable(uri).version()
+    result = DeltaSink(uri).compact(spark, target_file_size=1 << 20)
+    assert result.files_removed > result.files_added >= 2
+    added = [json.loads(a["stats"]) for a in log_actions(uri, "add", first=before + 1)]
+    ranges = sorted((st["minValues"]["s"], st["maxValues"]["s"]) for st in added)
+    assert all(low[1] < high[0] for low, high in itertools.pairwise(ranges)), ranges
+
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 3, 'c')")
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    assert {a.get("clusteringProvider") for a in log_actions(uri, "add")[-1:]} == {"liquid"}
+    expected = [{"id": i, "v": v, "s": s} for i, v, s in [*rows, (3, 3, "c")]]
+    assert assert_all_read(spark, uri) == comparable(expected)
+
+
+def test_bad_clustering_is_refused_before_anything_is_written(delta_spark, tmp_path):
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    df = spark.createDataFrame([(1, 1, "a")], ROWS)
+    with pytest.raises(ConfigurationError, match="exclude each other"):
+        DeltaSink(uri, cluster_by=["v"], partition_by=["s"])
+    with pytest.raises(ConfigurationError, match="at most 4"):
+        DeltaSink(uri, cluster_by=["a", "b", "c", "d", "e"])
+    with pytest.raises(SchemaMismatchError, match="no such top-level column"):
+        TwoPhaseSink(DeltaSink(uri, cluster_by=["nope"])).write(df)
+    tagged = spark.createDataFrame([(1, ["x"])], "id BIGINT, tags ARRAY<STRING>")
+    with pytest.raises(SchemaMismatchError, match="no min/max statistics"):
+        TwoPhaseSink(DeltaSink(uri, cluster_by=["tags"])).write(tagged)
+    narrow = DeltaSink(
+        uri, cluster_by=["s"], table_configuration={"delta.dataSkippingNumIndexedCols": "2"}
+    )
+    with pytest.raises(SchemaMismatchError, match="statistics for"):
+        TwoPhaseSink(narrow).write(df)
+    assert not (tmp_path / "t").exists()
+    TwoPhaseSink(DeltaSink(uri)).write(df)  # an unclustered table
+    with pytest.raises(SchemaMismatchError, match=r"is not clustered.*CLUSTER BY \(v\)"):
+        TwoPhaseSink(DeltaSink(uri, cluster_by=["v"])).write(df)
+    assert DeltaTable(uri).version() == 0
