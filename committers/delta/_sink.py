@@ -526,9 +526,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         if self.staging == "arrow":
             return None
         problem = None
-        if plan.shape.column_mapping:
-            problem = "the table uses column mapping (Spark's writer has no physical names)"
-        elif any(len(path) > 1 and not f.nullable for path, f in walk(plan.shape.schema)):
+        if any(len(path) > 1 and not f.nullable for path, f in walk(plan.shape.schema)):
             # Spark writes such a field as optional, with nulls under null parents, and
             # deltalake's pyarrow reader then refuses the file.
             problem = "the table has NOT NULL fields inside structs"

@@ -228,7 +228,7 @@ def compact_table(
         )
     shape = TableShape.of_table(table)
     layout = _check_compactable(shape, table, location.uri)
-    cluster_by = _clustering(table, location)
+    cluster_by = _clustering(table, location, shape)
     if staging == "spark":
         check_spark_can_rewrite(spark, shape, location)
     elif staging == "auto" and cluster_by:  # Spark clusters; Python tasks only pack
@@ -324,11 +324,18 @@ def compaction_epoch(run_id: str, staging_owner: str | None = None) -> Epoch:
 # -- checks ---------------------------------------------------------------------------------
 
 
-def _clustering(table: DeltaTable, location: TableLocation) -> list[str]:
-    """The columns a clustered table is clustered by (``[]`` for any other table)."""
+def _clustering(table: DeltaTable, location: TableLocation, shape: TableShape) -> list[str]:
+    """The columns a clustered table is clustered by, as its files name them (``[]`` for any
+    other table, or one clustered by nested fields, which compaction does not cluster)."""
     if "clustering" not in (table.protocol().writer_features or ()):
         return []
-    return clustering_columns(location) or []
+    columns = clustering_columns(location) or []
+    if not all(c in shape.schema.names for c in columns):
+        log.info("compaction of %s does not cluster by nested fields %s", location.uri, columns)
+        return []
+    if shape.column_mapping:
+        return [shape.schema.field(c).physical_name for c in columns]
+    return columns
 
 
 def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLayout:

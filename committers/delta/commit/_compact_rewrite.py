@@ -53,8 +53,8 @@ def check_spark_can_rewrite(
     configure Spark's s3a from the table's options (see ``_s3a``).
 
     Raises:
-        ConfigurationError: Spark cannot write the table's storage, or the table uses column
-            mapping or has NOT NULL fields inside structs.
+        ConfigurationError: Spark cannot write the table's storage, or the table has NOT NULL
+            fields inside structs.
     """
     uri = location.uri
     problem = prepare_s3a(spark, location) if location.is_s3 else None
@@ -69,12 +69,6 @@ def check_spark_can_rewrite(
             f"and writer, and Spark cannot write {uri} here (no Hadoop file system for its "
             "scheme, e.g. s3:// without hadoop-aws, or a Spark Connect session). Use "
             "staging='arrow' or 'auto' (Python tasks rewrite the files)."
-        )
-    if shape.column_mapping:
-        raise ConfigurationError(
-            f"table {uri} uses column mapping, and Spark's Parquet writer cannot name the "
-            "columns by their physical names; nothing was done. Compact it with "
-            "staging='arrow' or 'auto'."
         )
     if any(len(path) > 1 and not f.nullable for path, f in walk(shape.schema)):
         raise ConfigurationError(

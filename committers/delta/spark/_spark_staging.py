@@ -34,6 +34,7 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
+from committers.delta.spark._field_ids import with_field_ids
 from committers.delta.storage._staging import epoch_staging_dir, write_manifest
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._rules import FileLayout
@@ -205,6 +206,8 @@ class SparkParquetStager:
         # Spark's writer has no hook inside its tasks: a fault campaign's kill lands while
         # they run, from a timer.
         crash_point("staging", epoch.epoch_id, within_seconds=0.3)
+        if not self._layout.hive_directories:  # column mapping: every field's id
+            df = with_field_ids(df, self._layout.file_schema)
         written = self._write(df, self._spark_path(directory))
         # Spark writes an empty file for an empty batch: not worth an add action (the
         # clean-up deletes it with the rest of the directory's uncommitted files).

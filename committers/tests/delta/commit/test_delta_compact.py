@@ -479,23 +479,25 @@ def test_partition_filter_must_name_partition_columns(spark, tmp_path):
     assert DeltaTable(uri).version() == 1 and DeltaTable(flat).version() == 1
 
 
-def test_column_mapped_tables_are_compacted_under_physical_names(spark, tmp_path):
-    """A table delta-rs made column-mapped: the Python tasks rewrite its files under the
-    physical names; Spark's writer, which cannot name them so, is refused."""
+@pytest.mark.parametrize("staging", ["arrow", "spark"])
+def test_column_mapped_tables_are_compacted_under_physical_names(spark, tmp_path, staging):
+    """A table delta-rs made column-mapped: the Python tasks and Spark's writer both rewrite
+    its files under the physical names, with the field ids."""
     uri = str(tmp_path / "t")
     configuration = {"delta.columnMapping.mode": "name"}
     DeltaTable.create(uri, schema=Schema([Field("id", "long")]), configuration=configuration)
     for n in range(2):
         write_deltalake(uri, pa.table({"id": pa.array([n], pa.int64())}), mode="append")
-    with pytest.raises(ConfigurationError, match="column mapping"):
-        DeltaSink(uri, staging="spark").compact(spark)
-    assert DeltaSink(uri).compact(spark).version == 3
+    assert DeltaSink(uri, staging=staging).compact(spark).version == 3
     table = DeltaTable(uri)
-    physical = json.loads(table.schema().to_json())["fields"][0]["metadata"][
-        "delta.columnMapping.physicalName"
-    ]
+    (field,) = json.loads(table.schema().to_json())["fields"]
     (added,) = table.file_uris()
-    assert pq.read_schema(added.replace("file://", "")).names == [physical]
+    written = pq.read_schema(added.replace("file://", ""))
+    assert written.names == [field["metadata"]["delta.columnMapping.physicalName"]]
+    assert (
+        written.field(0).metadata[b"PARQUET:field_id"]
+        == b"%d" % (field["metadata"]["delta.columnMapping.id"])
+    )
     query = QueryBuilder().register("t", table).execute("SELECT id FROM t ORDER BY id")
     assert pa.table(query).to_pylist() == [{"id": 0}, {"id": 1}]
 

@@ -36,7 +36,6 @@ from committers.tests._readers import duckdb_rows
 from committers.tests._spark_helpers import file_stream, make_source
 from framework import TwoPhaseSink
 from framework.errors import (
-    ConfigurationError,
     ConstraintViolationError,
     NullConstraintError,
     UnsupportedTypeError,
@@ -322,10 +321,11 @@ def test_a_rewrite_of_an_append_only_table_is_refused_before_anything(delta_spar
     assert assert_all_read(spark, uri) == [{"id": 1, "day": "d0"}]
 
 
-@pytest.mark.parametrize("mode", ["name", "id"])
-def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path, mode):
-    """Appends, compaction and overwrites write physical names and field ids (nested ones
-    too, partition values keyed by physical name, files under random prefixes); the compaction
+@pytest.mark.parametrize(("mode", "compaction"), [("name", "arrow"), ("id", "spark")])
+def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path, mode, compaction):
+    """Appends (Spark's writer and Python's), compaction and overwrites write physical names
+    and field ids (nested ones too, partition values keyed by physical name, the Python
+    writers' files under random prefixes, Spark's under Hive directories); the compaction
     matches a renamed column by its physical name and carries no data of a dropped column
     over; the upsert, which does not map names yet, refuses the table before anything is
     written. delta-spark and delta-rs's DataFusion reader agree (DuckDB reads the partition
@@ -344,8 +344,9 @@ def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path, 
         clauses=f"PARTITIONED BY (day) TBLPROPERTIES ('delta.columnMapping.mode' = '{mode}')",
     )
     mapped = "id BIGINT, value INT, s STRUCT<a: INT, bee: STRING>, day STRING"
-    for i in (3, 4):
-        _append(uri, spark.createDataFrame([(i, i, (i, f"z{i}"), "d1")], mapped), f"a{i}")
+    for i, staging in ((3, "spark"), (4, "arrow")):
+        rows = spark.createDataFrame([(i, i, (i, f"z{i}"), "d1")], mapped)
+        TwoPhaseSink(DeltaSink(uri, app_id=f"a{i}", staging=staging)).write(rows)
 
     def row(i: int, bee: str, day: str) -> dict:
         return {"id": i, "value": i, "s": {"a": i, "bee": bee}, "day": day}
@@ -363,11 +364,9 @@ def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path, 
     version = _log_version(uri)
     with pytest.raises(UnsupportedTableFeatureError, match="column mapping"):
         _upsert(uri, changes)
-    with pytest.raises(ConfigurationError, match=r"column mapping.*staging='arrow'"):
-        DeltaSink(uri, staging="spark").compact(spark)
     assert _log_version(uri) == version
 
-    result = DeltaSink(uri).compact(spark)
+    result = DeltaSink(uri, staging=compaction).compact(spark)
     assert result.version == version + 1
     assert read() == comparable(expected)
     fields = {f["name"]: f for f in json.loads(DeltaTable(uri).schema().to_json())["fields"]}
@@ -387,6 +386,9 @@ def test_column_mapping_with_renamed_and_dropped_columns(delta_spark, tmp_path, 
     ]
     assert [written.field(n).metadata[b"PARQUET:field_id"] for n in written.names] == [
         str(fields[n]["metadata"]["delta.columnMapping.id"]).encode() for n in ("id", "value", "s")
+    ]
+    assert [struct.field(i).metadata[b"PARQUET:field_id"] for i in range(2)] == [
+        str(nested[n]["delta.columnMapping.id"]).encode() for n in ("a", "bee")
     ]
     spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (gone STRING)")  # a new column: all null
     assert {r["gone"] for r in spark.read.format("delta").load(uri).collect()} == {None}

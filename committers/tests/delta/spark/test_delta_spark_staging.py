@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, Field, QueryBuilder, Schema
+from deltalake.schema import StructType
 
 from committers.delta import DeltaSink
 from committers.delta.spark._spark_staging import RUN_DIR_PREFIX, hadoop_can_write
@@ -172,10 +173,19 @@ def test_auto_chooses_spark_for_local_tables_and_arrow_where_spark_cannot(spark,
     )
     auto = DeltaSink(mapped)
     auto.prepare(_schema(df))
-    assert auto.spark_stager(df) is None  # column mapping: Python writers
-    forced = DeltaSink(mapped, staging="spark")
-    forced.prepare(_schema(df))
-    with pytest.raises(ConfigurationError, match="column mapping"):
+    assert auto.spark_stager(df) is not None  # column mapping: physical names and ids
+    nested = str(tmp_path / "nested")
+    DeltaTable.create(
+        nested,
+        schema=Schema(
+            [Field("s", StructType([Field("a", "long", nullable=False)])), Field("day", "string")]
+        ),
+        partition_by=["day"],
+        configuration={"delta.columnMapping.mode": "name"},
+    )
+    forced = DeltaSink(nested, staging="spark")
+    forced.prepare(_schema(spark.sql("SELECT named_struct('a', 1L) AS s, 'd' AS day")))
+    with pytest.raises(ConfigurationError, match="NOT NULL fields inside structs"):
         forced.spark_stager(df)
     TwoPhaseSink(auto).write(df)
     read = QueryBuilder().register("t", DeltaTable(mapped)).execute("SELECT id FROM t").read_all()
