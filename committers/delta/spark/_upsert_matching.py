@@ -94,10 +94,9 @@ class MatchedRows(StoredRows):
         partition_by = set(self._plan.shape.partition_by)
         data_keys = [k for k in self._upsert.table_keys if k not in partition_by]
         sequence = list(self._upsert.table_sequence)
-        data_columns = self._plan.layout.file_schema.names
         marking = positions is not None
         scan, by_key = self._scan(
-            session, candidates, [*data_keys, *sequence] or data_columns[:1], row_index=marking
+            session, candidates, [*data_keys, *sequence] or self._data_columns()[:1], marking
         )
         if len(data_keys) < len(self._upsert.table_keys):
             scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
@@ -199,13 +198,15 @@ class MatchedRows(StoredRows):
         fields = {f.name: f for f in self._plan.shape.schema.fields}
         partition_by = set(self._plan.shape.partition_by)
         return [
-            KeyColumn(k, arrow_type(fields[k].type, physical=False), k in partition_by)
+            KeyColumn(
+                k, arrow_type(fields[k].type, physical=False), k in partition_by, self._in_file(k)
+            )
             for k in self._upsert.table_keys
         ]
 
     def _sequence_columns(self) -> list[SequenceColumn]:
         fields = {f.name: f for f in self._plan.shape.schema.fields}
         return [
-            SequenceColumn(s, arrow_type(fields[s].type, physical=False))
+            SequenceColumn(s, arrow_type(fields[s].type, physical=False), self._in_file(s))
             for s in self._upsert.table_sequence
         ]

@@ -240,7 +240,7 @@ def check_upsert_table(
 
     Raises:
         UnsupportedTypeError: a key column of a type the upsert does not match on.
-        UnsupportedTableFeatureError: column mapping, an append-only table, deletion vectors
+        UnsupportedTableFeatureError: an append-only table, deletion vectors
             on storage the log writer cannot commit to.
         ConfigurationError: NOT NULL fields inside structs (Spark's writer cannot keep them).
     """
@@ -249,9 +249,7 @@ def check_upsert_table(
         _check_key_type(name, shape.schema.field(name))
     configuration = dict(shape.configuration)
     problem = None
-    if shape.column_mapping:
-        problem = "it uses column mapping (Spark's Parquet writer has no physical names)"
-    elif table is not None and not log_writable and "deletionVectors" in reader_features(table)[1]:
+    if table is not None and not log_writable and "deletionVectors" in reader_features(table)[1]:
         problem = (
             "it uses deletion vectors, and the remove of a rewritten file must name its vector, "
             "which delta-rs cannot write; the sink writes such commits itself only on local "

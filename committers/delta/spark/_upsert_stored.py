@@ -137,7 +137,7 @@ class StoredRows:
         partition_by = set(self._plan.shape.partition_by)
         needed = list(dict.fromkeys([*upsert.table_keys, *upsert.filled, *upsert.table_sequence]))
         data = [c for c in needed if c not in partition_by]
-        scan, by_key = self._scan(session, touched, data or self._plan.layout.file_schema.names[:1])
+        scan, by_key = self._scan(session, touched, data or self._data_columns()[:1])
         if len(data) < len(needed):
             scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
         value = F.struct(*[F.col(quote(c)) for c in upsert.filled])
@@ -169,6 +169,17 @@ class StoredRows:
             ],
         )
 
+    def _data_columns(self) -> list[str]:
+        """The table's data columns (not partition columns), by their names."""
+        partition_by = set(self._plan.shape.partition_by)
+        return [f.name for f in self._plan.shape.schema.fields if f.name not in partition_by]
+
+    def _in_file(self, column: str) -> str:
+        """The name the files give the table's column ``column`` (its physical name under
+        column mapping)."""
+        shape = self._plan.shape
+        return shape.schema.field(column).physical_name if shape.column_mapping else column
+
     def _inserted(self, column: str) -> Column:
         """The value a row the upsert inserts gets in ``column``, which the input lacks: its
         default where the table has one (NULL stored stays NULL), else NULL."""
@@ -186,10 +197,11 @@ class StoredRows:
         columns: list[str],
         row_index: bool = False,
     ) -> tuple[DataFrame, dict[str, _LiveFile]]:
-        """The live rows of ``files`` (``columns`` of their data, typed as the table: the rows
-        their deletion vectors delete dropped) with the decoded path of their file in
-        ``_FILE`` (and, with ``row_index``, each row's index in its file in ``_ROW_INDEX``);
-        and the files by that path.
+        """The live rows of ``files`` (``columns`` of their data, typed and named as the
+        table's: read by their physical names under column mapping; the rows their deletion
+        vectors delete dropped) with the decoded path of their file in ``_FILE`` (and, with
+        ``row_index``, each row's index in its file in ``_ROW_INDEX``); and the files by that
+        path.
 
         Raises:
             DeletionVectorError: a file's deletion vector is missing or damaged.
@@ -198,12 +210,24 @@ class StoredRows:
 
         root = spark_uri(self._location.uri.rstrip("/"))
         root_path = scan_root_path(session, root)
-        fields = {f.name: f for f in self._plan.shape.schema.fields}
-        ddl = ", ".join(f"{quote(c)} {spark_type(fields[c].type, physical=False)}" for c in columns)
+        shape = self._plan.shape
+        fields = {f.name: f for f in shape.schema.fields}
+        mapped = shape.column_mapping
+        ddl = ", ".join(
+            f"{quote(self._in_file(c))} {spark_type(fields[c].type, physical=mapped)}"
+            for c in columns
+        )
         scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
         metadata = scan.metadataColumn("_metadata")
         scan = scan.select(
-            *[F.col(quote(c)) for c in columns],
+            *[
+                F.col(quote(self._in_file(c)))
+                .cast(spark_type(fields[c].type, physical=False))
+                .alias(c)
+                if mapped
+                else F.col(quote(c))
+                for c in columns
+            ],
             decoded_path(metadata.getField("file_path")).alias(_FILE),
             metadata.getField("row_index").alias(_ROW_INDEX),
         )
@@ -283,8 +307,7 @@ class StoredRows:
         from pyspark.sql import functions as F
 
         shape = self._plan.shape
-        data_columns = list(self._plan.layout.file_schema.names)
-        scan, by_key = self._scan(session, touched, data_columns)
+        scan, by_key = self._scan(session, touched, self._data_columns())
         if shape.partition_by:
             scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
         names = [_key(i) for i in range(len(self._upsert.table_keys))]
@@ -334,7 +357,7 @@ class StoredRows:
             CHANGE_TYPE, F.when(F.col(_DELETE), F.lit(DELETE)).otherwise(F.lit(UPDATE_PREIMAGE))
         )
         before = self._shaped(replaced, CHANGE_TYPE)
-        keys = list(self._upsert.table_keys)
+        keys = [self._in_file(k) for k in self._upsert.table_keys]  # (shaped: as received)
         updated = (
             before.where(F.col(CHANGE_TYPE) == UPDATE_PREIMAGE)
             .select(*map(quote, keys))
@@ -368,11 +391,15 @@ class StoredRows:
     def _logged_partitions(
         self, files: list[_LiveFile], actions: pa.Table
     ) -> list[dict[str, str | None]]:
-        """The partition values of each of ``files`` as its add logs them."""
+        """The partition values of each of ``files`` as its add logs them (keyed by physical
+        names under column mapping)."""
         partition_by = list(self._plan.shape.partition_by)
         typed = self._typed_partitions(files, actions)
         return [
-            {c: serialize_partition_value(typed[j][i]) for j, c in enumerate(partition_by)}
+            {
+                self._in_file(c): serialize_partition_value(typed[j][i])
+                for j, c in enumerate(partition_by)
+            }
             for i in range(len(files))
         ]
 

@@ -56,19 +56,31 @@ _CHANGE = "__sparksink_sequence_{}__"  # a change's sequence value, by position
 
 @dataclass(frozen=True)
 class KeyColumn:
-    """A key column of the table: its name, logical Arrow type, and whether it partitions."""
+    """A key column of the table: its name, logical Arrow type, whether it partitions, and
+    the name the files give it (its physical name under column mapping; default: its name)."""
 
     name: str
     type: pa.DataType
     partition: bool
+    in_file: str = ""
+
+    @property
+    def file_name(self) -> str:
+        return self.in_file or self.name
 
 
 @dataclass(frozen=True)
 class SequenceColumn:
-    """A ``sequence_by`` column of the table (a data column): its name and logical Arrow type."""
+    """A ``sequence_by`` column of the table (a data column): its name, logical Arrow type
+    and the name the files give it (as for :class:`KeyColumn`)."""
 
     name: str
     type: pa.DataType
+    in_file: str = ""
+
+    @property
+    def file_name(self) -> str:
+        return self.in_file or self.name
 
 
 @dataclass(frozen=True)
@@ -301,13 +313,13 @@ def _keys_of(
     """The key and sequence columns of one candidate, typed as the table and named by position,
     with its index and each row's index in the file; ``None`` if a value does not cast
     exactly."""
-    data = [k.name for k in keys if not k.partition]
+    data = [k.file_name for k in keys if not k.partition]
     with filesystem.open(location.path(candidate.path), "rb") as handle:
         parquet = pq.ParquetFile(handle, coerce_int96_timestamp_unit="us")
         in_file = set(parquet.schema_arrow.names)
         if not all(name in in_file for name in data):
             return pa.table({})  # a key column added after this file was written: all NULL
-        stored = [s.name for s in sequence if s.name in in_file]
+        stored = [s.file_name for s in sequence if s.file_name in in_file]
         read = parquet.read(columns=[*data, *stored], use_threads=False)
     positions = pa.array(np.arange(read.num_rows, dtype=np.int64))
     live = None if candidate.deleted is None else keep_mask(candidate.deleted, 0, read.num_rows)
@@ -321,10 +333,12 @@ def _keys_of(
             if k.partition:
                 columns.append(pa.repeat(pa.scalar(value, k.type), rows))
             else:
-                columns.append(_exact(read.column(k.name), k.type))
+                columns.append(_exact(read.column(k.file_name), k.type))
         for s in sequence:  # a column added after the file was written: NULL, the oldest
-            found = s.name in stored
-            columns.append(_exact(read.column(s.name), s.type) if found else pa.nulls(rows, s.type))
+            found = s.file_name in stored
+            columns.append(
+                _exact(read.column(s.file_name), s.type) if found else pa.nulls(rows, s.type)
+            )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
     columns.append(pa.repeat(pa.scalar(index, pa.int32()), rows))

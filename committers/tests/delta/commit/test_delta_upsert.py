@@ -433,16 +433,6 @@ def test_inputs_an_upsert_cannot_apply_are_refused_before_anything_runs(spark, t
             checkpoint_location=str(tmp_path / "chk"),
             output_mode="complete",
         )
-    mapped_table = str(tmp_path / "mapped")
-    DeltaTable.create(
-        mapped_table,
-        schema=pa.schema([("id", pa.int64()), ("name", pa.string())]),
-        configuration={"delta.columnMapping.mode": "name"},
-    )
-    with pytest.raises(UnsupportedTableFeatureError, match="it uses column mapping"):
-        TwoPhaseSink(DeltaSink(mapped_table, mode="upsert", keys=["id"])).write(
-            spark.createDataFrame([(1, "x")], "id long, name string")
-        )
     assert DeltaTable(uri).version() == version and not spark.streams.active
     assert not (tmp_path / "new").exists()
     _assert_clean(uri)
