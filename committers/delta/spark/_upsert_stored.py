@@ -422,7 +422,8 @@ class StoredRows:
                 files=((f.path, f.size),),
                 vectors=rewrite_vectors([f]),
                 partition_values=tuple(
-                    (c, serialize_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
+                    (self._in_file(c), serialize_partition_value(typed[j][i]))
+                    for j, c in enumerate(partition_by)
                 ),
                 read_values=tuple(
                     (c, spell_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
