@@ -121,15 +121,24 @@ def rewrite_vectors(files: Iterable[VectoredFile]) -> tuple[tuple[str, VectorMet
     )
 
 
-def file_group(index: int, path: str, size: int, partition: Mapping[str, Any]) -> GroupToRewrite:
-    """The group of one live file, its typed ``partition`` values spelled for the log and for
+def file_group(
+    index: int, path: str, size: int, partition: Mapping[str, Any], shape: TableShape
+) -> GroupToRewrite:
+    """The group of one live file of a table of ``shape``, its typed ``partition`` values (by
+    column name) spelled for the log (keyed by physical names under column mapping) and for
     the reader (so a row filter sees the partition columns)."""
     return GroupToRewrite(
         index=index,
         files=((path, size),),
-        partition_values=tuple((c, serialize_partition_value(v)) for c, v in partition.items()),
+        partition_values=tuple(
+            (_logged_name(shape, c), serialize_partition_value(v)) for c, v in partition.items()
+        ),
         read_values=tuple((c, spell_partition_value(v)) for c, v in partition.items()),
     )
+
+
+def _logged_name(shape: TableShape, column: str) -> str:
+    return shape.schema.field(column).physical_name if shape.column_mapping else column
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,10 @@ def mark_replaced_rows(
         OSError: the vector file could not be written (the epoch's clean-up deletes it).
     """
     location = snapshot.location
-    groups = [file_group(i, c.path, c.size, dict(c.partition)) for i, c in enumerate(candidates)]
+    groups = [
+        file_group(i, c.path, c.size, dict(c.partition), snapshot.shape)
+        for i, c in enumerate(candidates)
+    ]
     failure = f"the overwrite of {location.uri} failed while Python tasks read its files"
     found = in_tasks_or_threads(session, groups, _MatchedPositions(snapshot, where), failure)
     vectors = {c.path: c.deletion_vector for c in candidates if c.deletion_vector is not None}

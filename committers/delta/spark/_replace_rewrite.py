@@ -55,7 +55,7 @@ from committers.delta.spark._arrow_rewrite import (
 from committers.delta.spark._change_data import change_directory, stage_changes, staged_rows
 from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
 from committers.delta.spark._replace_marks import mark_replaced_rows
-from committers.delta.spark._scan import read_schema, scan_root_path
+from committers.delta.spark._scan import logical_columns, read_schema, scan_root_path
 from committers.delta.spark._spark_staging import (
     SparkParquetStager,
     run_directory,
@@ -388,7 +388,8 @@ def _with_arrow(
     )
     groups = [
         dataclasses.replace(
-            file_group(i, c.path, c.size, dict(c.partition)), vectors=rewrite_vectors([c])
+            file_group(i, c.path, c.size, dict(c.partition), job.plan.shape),
+            vectors=rewrite_vectors([c]),
         )
         for i, c in enumerate(job.candidates)
     ]
@@ -486,9 +487,8 @@ def _scan(
     )
     file_path = scan.metadataColumn("_metadata").getField("file_path")
     key = decoded_path(file_path)
-    data = list(plan.layout.file_schema.names)
     row_index = scan.metadataColumn("_metadata").getField("row_index")
-    rows = scan.select(*[F.col(quote(c)) for c in data], key.alias(_FILE), row_index.alias(_ROW))
+    rows = scan.select(*logical_columns(plan.shape), key.alias(_FILE), row_index.alias(_ROW))
     keys = {f"{root_path}/{candidates[i].path}": i for i in chosen}
     deleted = deleted_rows_of(
         job.location,

@@ -12,13 +12,13 @@ import numpy as np
 
 from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
 from committers.delta.table._delta_schema import parse_arrow_schema, quote, spark_type
-from committers.delta.table._rules import FileLayout
+from committers.delta.table._rules import FileLayout, TableShape
 from framework.spark.connector import parquet_files
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["grouped_rows", "read_schema", "scan_root_path"]
+__all__ = ["grouped_rows", "logical_columns", "read_schema", "scan_root_path"]
 
 
 def scan_root_path(spark: SparkSession, root: str) -> str:
@@ -33,6 +33,22 @@ def read_schema(layout: FileLayout) -> str:
     """Spark DDL of the data columns (the table's types; files lacking a column read null)."""
     fields = parse_arrow_schema(layout.file_schema).fields
     return ", ".join(f"{quote(f.name)} {spark_type(f.type, physical=False)}" for f in fields)
+
+
+def logical_columns(shape: TableShape) -> list[Column]:
+    """The data columns of a scan of a table of ``shape`` read with :func:`read_schema`,
+    named and typed as the table's columns: under column mapping the files' physical names
+    (nested ones too) become the table's names."""
+    from pyspark.sql import functions as F
+
+    partitions = set(shape.partition_by)
+    data = [f for f in shape.schema.fields if f.name not in partitions]
+    if not shape.column_mapping:
+        return [F.col(quote(f.name)) for f in data]
+    return [
+        F.col(quote(f.physical_name)).cast(spark_type(f.type, physical=False)).alias(f.name)
+        for f in data
+    ]
 
 
 #: The columns ``grouped_rows`` joins each row's file to its group by.

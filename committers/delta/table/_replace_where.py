@@ -506,7 +506,9 @@ class FileClassifier:
     def __init__(self, where: ReplaceWhere, shape: TableShape) -> None:
         self._partitions = frozenset(shape.partition_by)
         self._terms = where._terms_bound()
-        self._pruners = [FilePruner(conjunction, shape) for conjunction in self._terms]
+        self._pruners = [
+            FilePruner(conjunction, shape, shape.column_mapping) for conjunction in self._terms
+        ]
 
     def __call__(self, action: Mapping[str, Any]) -> FileOutcome:
         """``action``: a row of ``get_add_actions(flatten=True)``."""
@@ -527,18 +529,12 @@ def with_replace_where(
     not NULL), and ``replace_where`` bound to the plan's table.
 
     Raises:
-        SchemaMismatchError, ConfigurationError: see :meth:`ReplaceWhere.bind`; also for a
-            table with column mapping (its files and partition values use physical names).
+        SchemaMismatchError, ConfigurationError: see :meth:`ReplaceWhere.bind`.
         UnsupportedTableFeatureError: a predicate on data columns (which rewrites files) on a
             table with deletion vectors on storage the sink's log writer cannot commit to
             (``log_writable`` false: the removes must name the vectors); an append-only table
             is refused for every overwrite, by ``check_replaceable``.
     """
-    if plan.shape.column_mapping:
-        raise ConfigurationError(
-            f"replace_where is not supported on {table_uri}: it uses column mapping. "
-            "Overwrite the whole table (mode='overwrite' alone) instead."
-        )
     shape = plan.shape
     bound = replace_where.bind(shape.arrow_schema(), table_uri, shape.partition_by)
     if not bound.on_partitions_only:

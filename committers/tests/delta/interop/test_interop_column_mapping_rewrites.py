@@ -1,12 +1,13 @@
-"""Upserts into column-mapped tables delta-spark made (modes ``name`` and ``id``), with a
-renamed column, a renamed nested field and a dropped column: the changes match stored rows by
-the table's (logical) names while every file is read and written by physical name with its
-field ids, so a renamed column keeps its data and a dropped one's never comes back. One run
-marks replaced rows in deletion vectors, with the change data feed on, then keeps untouched
-rows with Python tasks (copy-on-write); the other keeps them with Spark, fills the columns
-the input lacks from the stored rows (``partial_updates``) and orders changes by a renamed
-column (``sequence_by``). delta-spark and delta-rs's DataFusion reader agree (DuckDB reads the
-partition column of such tables as NULL)."""
+"""Upserts and ``replace_where`` overwrites into column-mapped tables delta-spark made (modes
+``name`` and ``id``), with a renamed column, a renamed nested field and a dropped column: rows
+are matched by the table's (logical) names while every file is read and written by physical
+name with its field ids, so a renamed column keeps its data and a dropped one's never comes
+back. One upsert marks replaced rows in deletion vectors, with the change data feed on, then
+keeps untouched rows with Python tasks (copy-on-write); the other keeps them with Spark,
+fills the columns the input lacks from the stored rows (``partial_updates``) and orders
+changes by a renamed column (``sequence_by``). The overwrites replace a partition, then rows
+by a renamed column (Python tasks and Spark rewriting). delta-spark and delta-rs's DataFusion
+reader agree (DuckDB reads the partition column of such tables as NULL)."""
 
 from __future__ import annotations
 
@@ -142,3 +143,38 @@ def test_a_partial_sequenced_upsert_kept_by_spark_on_an_id_mapped_table(delta_sp
         written = pq.read_schema(path)
         assert set(written.names) == {physical[c] for c in ("id", "value", "s")}
         assert all(written.field(n).metadata[b"PARQUET:field_id"] for n in written.names)
+
+
+def test_replace_where_on_partition_and_renamed_columns_of_an_id_mapped_table(
+    delta_spark, tmp_path
+):
+    """``replace_where`` on the partition column (files removed whole), then on a renamed
+    data column with Python tasks and with Spark rewriting the files that keep rows; the
+    change data feed reports exactly the rows replaced and written."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _mapped_table(spark, uri, "id", ", 'delta.enableChangeDataFeed' = 'true'")
+
+    def overwrite(rows: list[tuple], where: str, staging: str = "auto") -> None:
+        sink = DeltaSink(uri, mode="overwrite", replace_where=where, staging=staging)
+        TwoPhaseSink(sink).write(spark.createDataFrame(rows, MAPPED))
+
+    overwrite([(5, 5, (5, "f"), "d2")], "day = 'd2'")
+    expected = [_row(1, 1, (1, "x")), _row(3, 3, (3, "z")), _row(5, 5, (5, "f"), "d2")]
+    assert _read(spark, uri) == comparable(expected)
+    overwrite([(6, 6, (6, "g"), "d1")], "value >= 3 AND day = 'd1'")  # 3 replaced, 1 kept
+    version = DeltaTable(uri).version()
+    overwrite([(7, 0, (7, "h"), "d1")], "value < 2", staging="spark")  # 1 replaced, 6 kept
+    expected = [_row(5, 5, (5, "f"), "d2"), _row(6, 6, (6, "g")), _row(7, 0, (7, "h"))]
+    assert _read(spark, uri) == comparable(expected)
+    physical = _physical(uri)
+    for path in _written_files(uri, version):
+        assert set(pq.read_schema(path).names) == {physical[c] for c in ("id", "value", "s")}
+    feed = spark.read.format("delta").option("readChangeFeed", "true")
+    changed = feed.option("startingVersion", version).load(uri)
+    assert sorted((r["id"], r["_change_type"]) for r in changed.collect()) == [
+        (1, "delete"),
+        (3, "delete"),
+        (6, "insert"),
+        (7, "insert"),
+    ]
