@@ -127,10 +127,7 @@ def partition_keys(table: DeltaTable) -> dict[str, str]:
     """Each partition column of ``table`` -> the key the log gives its values: its physical
     name under column mapping (PROTOCOL.md, "Column Mapping"), else its name."""
     shape = TableShape.of_table(table)
-    return {
-        c: shape.schema.field(c).physical_name if shape.column_mapping else c
-        for c in shape.partition_by
-    }
+    return {c: shape.stored_name(c) for c in shape.partition_by}
 
 
 def logged_partition_values(

@@ -7,8 +7,9 @@ A clustered table's protocol supports the ``clustering`` and ``domainMetadata`` 
 its ``delta.clustering`` domain names the clustering columns by their physical paths; it has no
 partition columns; every file has statistics for the clustering columns (delta-spark refuses
 clustering columns outside the table's statistics columns, and so does the sink). The files
-the sink writes carry no ``clusteringProvider``: they are unclustered until an ``OPTIMIZE``
-clusters them (see :mod:`._compact`, which sorts by the clustering columns).
+the sink writes carry no ``clusteringProvider``, so delta-spark's ``OPTIMIZE`` counts them as
+unclustered; the sink's own compaction (:mod:`._compact`) spreads the rows it rewrites over its
+files by ranges of the clustering columns.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@
    the table's schema, each row tagged with its group through ``_metadata.file_path``, one
    shuffle partition per group, and
    :class:`~committers.delta.spark._spark_staging.SparkParquetStager` writes the rows (INT64
-   timestamps, footer stats, Spark's commit protocol dropping failed attempts). Either way the
+   timestamps, footer stats, Spark's commit protocol dropping failed attempts). A clustered
+   table is rewritten by Spark under ``"auto"`` too: its rows are spread over as many files by
+   ranges of the clustering columns, each sorted by them (:mod:`._compact_rewrite`). Either way the
    partition values are carried as the exact strings the log stores for the group; the files
    collected must hold exactly the rows the job wrote, as it counted them (a Spark
    observation, or the Python tasks' own counts), and the rows written are then counted per
@@ -181,7 +183,8 @@ def compact_table(
     Args:
         staging: who rewrites the files: ``"arrow"`` and ``"auto"``, Python tasks with pyarrow
             (:mod:`committers.delta.spark._arrow_rewrite`; rows never enter the JVM, several times
-            faster on small files); ``"spark"``, Spark's own reader and writer.
+            faster on small files); ``"spark"``, Spark's own reader and writer, which
+            ``"auto"`` picks for a clustered table where Spark can write it (it clusters).
         before_commit: called with the attempt number (1, 2, ...) right before each commit
             request, after the removed files were found live; what it raises fails the
             compaction like a conflict (nothing committed, its files deleted).
@@ -333,9 +336,7 @@ def _clustering(table: DeltaTable, location: TableLocation, shape: TableShape) -
     if not all(c in shape.schema.names for c in columns):
         log.info("compaction of %s does not cluster by nested fields %s", location.uri, columns)
         return []
-    if shape.column_mapping:
-        return [shape.schema.field(c).physical_name for c in columns]
-    return columns
+    return [shape.stored_name(c) for c in columns]
 
 
 def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLayout:

@@ -131,14 +131,10 @@ def file_group(
         index=index,
         files=((path, size),),
         partition_values=tuple(
-            (_logged_name(shape, c), serialize_partition_value(v)) for c, v in partition.items()
+            (shape.stored_name(c), serialize_partition_value(v)) for c, v in partition.items()
         ),
         read_values=tuple((c, spell_partition_value(v)) for c, v in partition.items()),
     )
-
-
-def _logged_name(shape: TableShape, column: str) -> str:
-    return shape.schema.field(column).physical_name if shape.column_mapping else column
 
 
 @dataclass(frozen=True)

@@ -87,9 +87,8 @@ def live_files(
             per_key.append([(v, v) for v in values])
             continue
         # (the log keys stats by physical names under column mapping, as delta-rs shows them)
-        in_file = plan.shape.schema.field(name).physical_name if plan.shape.column_mapping else name
-        lows = _struct_field(actions, "min", in_file)
-        highs = _struct_field(actions, "max", in_file)
+        lows = _struct_field(actions, "min", plan.shape.stored_name(name))
+        highs = _struct_field(actions, "max", plan.shape.stored_name(name))
         if lows is None or highs is None:
             per_key.append([None] * actions.num_rows)
             continue

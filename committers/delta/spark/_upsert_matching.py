@@ -199,7 +199,10 @@ class MatchedRows(StoredRows):
         partition_by = set(self._plan.shape.partition_by)
         return [
             KeyColumn(
-                k, arrow_type(fields[k].type, physical=False), k in partition_by, self._in_file(k)
+                k,
+                arrow_type(fields[k].type, physical=False),
+                k in partition_by,
+                self._plan.shape.stored_name(k),
             )
             for k in self._upsert.table_keys
         ]
@@ -207,6 +210,8 @@ class MatchedRows(StoredRows):
     def _sequence_columns(self) -> list[SequenceColumn]:
         fields = {f.name: f for f in self._plan.shape.schema.fields}
         return [
-            SequenceColumn(s, arrow_type(fields[s].type, physical=False), self._in_file(s))
+            SequenceColumn(
+                s, arrow_type(fields[s].type, physical=False), self._plan.shape.stored_name(s)
+            )
             for s in self._upsert.table_sequence
         ]

@@ -174,12 +174,6 @@ class StoredRows:
         partition_by = set(self._plan.shape.partition_by)
         return [f.name for f in self._plan.shape.schema.fields if f.name not in partition_by]
 
-    def _in_file(self, column: str) -> str:
-        """The name the files give the table's column ``column`` (its physical name under
-        column mapping)."""
-        shape = self._plan.shape
-        return shape.schema.field(column).physical_name if shape.column_mapping else column
-
     def _inserted(self, column: str) -> Column:
         """The value a row the upsert inserts gets in ``column``, which the input lacks: its
         default where the table has one (NULL stored stays NULL), else NULL."""
@@ -214,14 +208,14 @@ class StoredRows:
         fields = {f.name: f for f in shape.schema.fields}
         mapped = shape.column_mapping
         ddl = ", ".join(
-            f"{quote(self._in_file(c))} {spark_type(fields[c].type, physical=mapped)}"
+            f"{quote(shape.stored_name(c))} {spark_type(fields[c].type, physical=mapped)}"
             for c in columns
         )
         scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
         metadata = scan.metadataColumn("_metadata")
         scan = scan.select(
             *[
-                F.col(quote(self._in_file(c)))
+                F.col(quote(shape.stored_name(c)))
                 .cast(spark_type(fields[c].type, physical=False))
                 .alias(c)
                 if mapped
@@ -357,7 +351,9 @@ class StoredRows:
             CHANGE_TYPE, F.when(F.col(_DELETE), F.lit(DELETE)).otherwise(F.lit(UPDATE_PREIMAGE))
         )
         before = self._shaped(replaced, CHANGE_TYPE)
-        keys = [self._in_file(k) for k in self._upsert.table_keys]  # (shaped: as received)
+        keys = [
+            self._plan.shape.stored_name(k) for k in self._upsert.table_keys
+        ]  # (shaped: as received)
         updated = (
             before.where(F.col(CHANGE_TYPE) == UPDATE_PREIMAGE)
             .select(*map(quote, keys))
@@ -397,7 +393,7 @@ class StoredRows:
         typed = self._typed_partitions(files, actions)
         return [
             {
-                self._in_file(c): serialize_partition_value(typed[j][i])
+                self._plan.shape.stored_name(c): serialize_partition_value(typed[j][i])
                 for j, c in enumerate(partition_by)
             }
             for i in range(len(files))
@@ -422,7 +418,7 @@ class StoredRows:
                 files=((f.path, f.size),),
                 vectors=rewrite_vectors([f]),
                 partition_values=tuple(
-                    (self._in_file(c), serialize_partition_value(typed[j][i]))
+                    (self._plan.shape.stored_name(c), serialize_partition_value(typed[j][i]))
                     for j, c in enumerate(partition_by)
                 ),
                 read_values=tuple(

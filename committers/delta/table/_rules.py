@@ -128,6 +128,11 @@ class TableShape:
         mode = dict(self.configuration).get(COLUMN_MAPPING_MODE, "none")
         return "columnMapping" in self.features and mode in ("name", "id")
 
+    def stored_name(self, column: str) -> str:
+        """The name the files, the stats and the partition values give top-level ``column``:
+        its physical name under column mapping, else its name."""
+        return self.schema.field(column).physical_name if self.column_mapping else column
+
     def arrow_schema(self) -> pa.Schema:
         """The table's logical schema in Arrow (what the input is matched against)."""
         logical = arrow_schema(self.schema, physical=False)

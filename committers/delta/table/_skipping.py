@@ -362,7 +362,7 @@ class FilePruner:
                     self.pruned_by_partition += 1
                     return False
                 continue
-            key = self.shape.schema.field(name).physical_name if self.column_mapping else name
+            key = self.shape.stored_name(name) if self.column_mapping else name
             stats = _Stats(
                 kind=kind or "",
                 low=action.get(f"min.{key}"),
