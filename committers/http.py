@@ -14,6 +14,12 @@ the entries:
 * other ``4xx`` (``400``, ``413``, ``422``, ...): fatal for the entries; with a dead-letter queue
   the request is split until the offending entries are isolated and dead-lettered.
 
+Delivery is at-least-once: a record may arrive again (a retried request that had landed, a
+retried task, a replayed batch). With ``idempotency_keys=IdempotencyKeys()`` every record
+carries a key its redeliveries keep (a field of its object, and with ``idempotency_header`` the
+``Idempotency-Key`` header of one-record requests), so an endpoint that deduplicates by it
+stores each record once.
+
 Example::
 
     from framework import TwoPhaseSink
@@ -48,6 +54,7 @@ from framework.asyncsink import (
     DeadLetterQueue,
     ElementConverter,
     ErrorClassifier,
+    IdempotencyKeys,
     RateLimitingStrategyFactory,
     RetryPolicy,
     Row,
@@ -65,6 +72,7 @@ from framework.sink import VersionedSerializer, WriterContext
 __all__ = [
     "DEFAULT_HTTP_CONFIG",
     "HTTP_ERROR_CLASSIFIER",
+    "IDEMPOTENCY_KEY_HEADER",
     "HttpSink",
     "HttpSinkWriter",
     "JsonRowConverter",
@@ -81,6 +89,7 @@ DEFAULT_HTTP_CONFIG = AsyncSinkWriterConfig(
     request_timeout_ms=30_000,
 )
 
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 THROTTLING_STATUSES = frozenset({429, 503})
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 425})
 # Statuses that refuse the request whatever it contains: a configuration problem, not poison.
@@ -163,9 +172,16 @@ class HttpSink(AsyncSink[bytes]):
         dead_letter_queue: where rejected entries go; ``None`` fails the job instead.
         element_converter: row to JSON bytes; :class:`JsonRowConverter` by default.
         app_id: application identity reported with dead letters.
+        idempotency_keys: stamp every row with a key that its redeliveries keep (request
+            retries, task retries, batch replays), as the field ``idempotency_keys.field`` of
+            its JSON object (:class:`~framework.asyncsink.IdempotencyKeys`), for an endpoint
+            that deduplicates by it.
+        idempotency_header: also send the key as the ``Idempotency-Key`` header; needs
+            one-record requests (``config.max_batch_size=1``), since a request has one header.
 
     Raises:
-        ConfigurationError: the URL or a header is invalid.
+        ConfigurationError: the URL or a header is invalid, or ``idempotency_header`` without
+            ``idempotency_keys`` or with requests of more than one record.
     """
 
     def __init__(
@@ -180,6 +196,8 @@ class HttpSink(AsyncSink[bytes]):
         dead_letter_queue: DeadLetterQueue | None = None,
         element_converter: ElementConverter[Row, bytes] | None = None,
         app_id: str | None = None,
+        idempotency_keys: IdempotencyKeys | None = None,
+        idempotency_header: bool = False,
     ) -> None:
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
@@ -204,9 +222,18 @@ class HttpSink(AsyncSink[bytes]):
             error_classifier=error_classifier,
             dead_letter_queue=dead_letter_queue,
             app_id=app_id,
+            idempotency_keys=idempotency_keys,
         )
+        if idempotency_header and (idempotency_keys is None or self.config.max_batch_size != 1):
+            raise ConfigurationError(
+                "idempotency_header=True sends each record's key as the Idempotency-Key header, "
+                "so it needs idempotency_keys=IdempotencyKeys(...) and one-record requests "
+                f"(config max_batch_size=1, got {self.config.max_batch_size}); or send the key "
+                "in the records only (idempotency_header=False)"
+            )
         self.url = url
         self.headers: tuple[tuple[str, str], ...] = header_items
+        self.idempotency_header = idempotency_header
 
     def create_async_writer(
         self,
@@ -214,8 +241,14 @@ class HttpSink(AsyncSink[bytes]):
         initial_state: Sequence[BufferedRequestState[bytes]] = (),
     ) -> HttpSinkWriter:
         """See :meth:`framework.asyncsink.AsyncSink.create_async_writer`."""
+        key_field = None
+        if self.idempotency_header and self.idempotency_keys is not None:
+            key_field = self.idempotency_keys.field
         return HttpSinkWriter(
-            url=self.url, headers=dict(self.headers), **self.writer_kwargs(context, initial_state)
+            url=self.url,
+            headers=dict(self.headers),
+            key_header_field=key_field,
+            **self.writer_kwargs(context, initial_state),
         )
 
     def state_serializer(self) -> VersionedSerializer[BufferedRequestState[bytes]]:
@@ -233,12 +266,22 @@ class HttpSinkWriter(AsyncSinkWriter[Row, bytes]):
     Args:
         url: the endpoint.
         headers: extra request headers.
+        key_header_field: send this field of each (one-record) request's entry as its
+            ``Idempotency-Key`` header.
         **kwargs: passed to :class:`~framework.asyncsink.AsyncSinkWriter`.
     """
 
-    def __init__(self, *, url: str, headers: Mapping[str, str] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        key_header_field: str | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self._url = url
+        self._key_header_field = key_header_field
         self._headers = {"Content-Type": "application/json", **(headers or {})}
         self._session: aiohttp.ClientSession | None = None
 
@@ -254,8 +297,12 @@ class HttpSinkWriter(AsyncSinkWriter[Row, bytes]):
     async def submit_request_entries(self, entries: list[bytes]) -> Sequence[bytes]:
         """POST the entries as one JSON array; see the module docstring for the outcomes."""
         body = b"[" + b",".join(entries) + b"]"
+        sent = self._headers
+        if self._key_header_field is not None:  # (one-record requests)
+            key = json.loads(entries[0])[self._key_header_field]
+            sent = {**sent, IDEMPOTENCY_KEY_HEADER: str(key)}
         async with self._client().post(
-            self._url, data=body, headers=self._headers, allow_redirects=False
+            self._url, data=body, headers=sent, allow_redirects=False
         ) as response:
             status = response.status
             payload = await response.read()

@@ -39,6 +39,7 @@ from framework.asyncsink import (
     ElementConverter,
     ErrorClassification,
     ErrorClassifier,
+    IdempotencyKeys,
     PartialFailure,
     RateLimitingStrategyFactory,
     RetryPolicy,
@@ -227,6 +228,9 @@ class KinesisSink(AsyncSink[KinesisRecord]):
         dead_letter_queue: where rejected records go; ``None`` fails the job instead.
         element_converter: row to :class:`KinesisRecord`; overrides ``partition_key_field``.
         app_id: application identity reported with dead letters.
+        idempotency_keys: stamp every row with a key that its redeliveries keep, a field of its
+            JSON data (:class:`~framework.asyncsink.IdempotencyKeys`), for consumers that
+            deduplicate by it.
 
     Raises:
         ConfigurationError: an invalid stream name, or limits beyond what PutRecords accepts.
@@ -247,6 +251,7 @@ class KinesisSink(AsyncSink[KinesisRecord]):
         dead_letter_queue: DeadLetterQueue | None = None,
         element_converter: ElementConverter[Row, KinesisRecord] | None = None,
         app_id: str | None = None,
+        idempotency_keys: IdempotencyKeys | None = None,
     ) -> None:
         if not isinstance(stream_name, str) or not _STREAM_NAME.fullmatch(stream_name):
             raise ConfigurationError(
@@ -291,6 +296,7 @@ class KinesisSink(AsyncSink[KinesisRecord]):
             ),
             dead_letter_queue=dead_letter_queue,
             app_id=app_id,
+            idempotency_keys=idempotency_keys,
         )
         self.stream_name = stream_name
         self.client_options = options

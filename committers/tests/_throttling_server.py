@@ -10,7 +10,14 @@ additionally fail on purpose, deterministically from ``seed``:
 * ``partial_failure_rate``: that share answers ``200 {"failed": [indexes]}`` and stores only
   the other entries;
 * ``poison_field``: a request containing an object whose field of that name is true answers
-  ``400`` (the whole request is refused, as real APIs do).
+  ``400`` (the whole request is refused, as real APIs do);
+* ``lost_ack_rate``: that share of admitted requests stores its records, then answers ``500``
+  (the acknowledgement is lost: the client sends them again).
+
+With ``dedup_field`` (a record field) or ``dedup_header`` (a request header, for one-record
+requests) the server stores a record only the first time its key arrives and counts the
+others as ``duplicate_records``; a record without a key is stored (and counted as
+``unkeyed_records``).
 
 Accepted requests take ``latency_ms`` before the answer. ``GET /stats`` returns the counters,
 ``POST /reset`` clears them. Run it in a thread (:class:`ThrottlingServer`), or in its own
@@ -51,6 +58,9 @@ class ServerStats:
     partially_failed_requests: int = 0
     poison_requests: int = 0  # 400
     accepted_records: int = 0
+    lost_acks: int = 0  # stored, then answered 500
+    duplicate_records: int = 0  # with dedup: a key seen before
+    unkeyed_records: int = 0  # with dedup: no key
     first_request_time: float | None = None
     last_request_time: float | None = None
 
@@ -65,6 +75,9 @@ class _Settings:
     poison_field: str | None
     keep_records: bool
     seed: int
+    lost_ack_rate: float = 0.0
+    dedup_field: str | None = None
+    dedup_header: str | None = None
 
 
 @dataclass
@@ -75,6 +88,7 @@ class _State:
     last_refill: float
     stats: ServerStats = field(default_factory=ServerStats)
     records: list[dict[str, Any]] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -143,11 +157,18 @@ def _make_app(state: _State) -> web.Application:
                 ] or [state.rng.randrange(len(records))]
                 stats.partially_failed_requests += 1
             skip = set(failed)
-            stored = [r for i, r in enumerate(records) if i not in skip]
+            stored = _first_arrivals(
+                state, [r for i, r in enumerate(records) if i not in skip], request.headers
+            )
             stats.accepted_requests += 1
             stats.accepted_records += len(stored)
             if settings.keep_records:
                 state.records.extend(stored)
+            lost = not failed and state.rng.random() < settings.lost_ack_rate
+            if lost:
+                stats.lost_acks += 1
+        if lost:
+            return web.json_response({"error": "injected failure after storing"}, status=500)
         if failed:
             return web.json_response({"failed": failed})
         return web.Response(status=200)
@@ -160,6 +181,7 @@ def _make_app(state: _State) -> web.Application:
         with state.lock:
             state.stats = ServerStats()
             state.records = []
+            state.keys = set()
         return web.Response(status=204)
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -167,6 +189,31 @@ def _make_app(state: _State) -> web.Application:
     app.router.add_get("/stats", get_stats)
     app.router.add_post("/reset", reset)
     return app
+
+
+def _first_arrivals(
+    state: _State, records: list[dict[str, Any]], headers: Any
+) -> list[dict[str, Any]]:
+    """Those of ``records`` whose key has not arrived before (all without dedup); counts the
+    duplicates and the records without a key. Call with the lock held."""
+    settings, stats = state.settings, state.stats
+    if settings.dedup_field is None and settings.dedup_header is None:
+        return records
+    first = []
+    for record in records:
+        if settings.dedup_header is not None:
+            key = headers.get(settings.dedup_header)
+        else:
+            key = record.get(settings.dedup_field)
+        if key is None:
+            stats.unkeyed_records += 1
+        elif str(key) in state.keys:
+            stats.duplicate_records += 1
+            continue
+        else:
+            state.keys.add(str(key))
+        first.append(record)
+    return first
 
 
 class BackgroundServer:
@@ -241,6 +288,9 @@ class ThrottlingServer:
         poison_field: records with this field true make their request answer 400.
         keep_records: store accepted records (turn off for long benchmarks).
         seed: seeds the injected failures.
+        lost_ack_rate: share of admitted requests stored and then answered 500.
+        dedup_field, dedup_header: deduplicate records by this field, or by this header of
+            one-record requests (see the module docstring).
     """
 
     def __init__(
@@ -254,6 +304,9 @@ class ThrottlingServer:
         poison_field: str | None = "poison",
         keep_records: bool = True,
         seed: int = 0,
+        lost_ack_rate: float = 0.0,
+        dedup_field: str | None = None,
+        dedup_header: str | None = None,
     ) -> None:
         if capacity is not None and burst is None:
             burst = max(1.0, capacity * DEFAULT_BURST_SECONDS)
@@ -266,6 +319,9 @@ class ThrottlingServer:
             poison_field=poison_field,
             keep_records=keep_records,
             seed=seed,
+            lost_ack_rate=lost_ack_rate,
+            dedup_field=dedup_field,
+            dedup_header=dedup_header,
         )
         self._state = _State(
             settings=settings,
@@ -302,6 +358,7 @@ class ThrottlingServer:
         with self._state.lock:
             self._state.stats = ServerStats()
             self._state.records = []
+            self._state.keys = set()
 
     def start(self) -> ThrottlingServer:
         """Start serving; returns once the port is bound."""

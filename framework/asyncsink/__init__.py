@@ -5,7 +5,8 @@ A destination subclasses :class:`AsyncSinkWriter` (two methods: ``submit_request
 buffers entries under the six buffering hints of :class:`AsyncSinkWriterConfig`, retries failed
 entries with capped, jittered exponential backoff (:class:`RetryPolicy`), classifies errors with
 an :class:`ErrorClassifier`, paces requests with a pluggable :class:`RateLimitingStrategy`, and
-diverts poison records to an optional :class:`DeadLetterQueue`.
+diverts poison records to an optional :class:`DeadLetterQueue`; :class:`IdempotencyKeys` stamps
+every record with a key its redeliveries keep, for destinations that deduplicate.
 
 This package imports neither pyspark nor deltalake.
 """
@@ -25,6 +26,7 @@ from framework.asyncsink._deadletter import (
     DeadLetterWriter,
     JsonLinesDeadLetterQueue,
 )
+from framework.asyncsink._idempotency import DEFAULT_KEY_FIELD, IdempotencyKeys
 from framework.asyncsink._json import json_default
 from framework.asyncsink._metrics import WriterMetrics
 from framework.asyncsink._pacing import PacingRateLimitingStrategy
@@ -51,6 +53,7 @@ from framework.asyncsink._writer import AsyncSinkWriter, PartialFailure
 
 __all__ = [
     "DEFAULT_ERROR_CLASSIFIER",
+    "DEFAULT_KEY_FIELD",
     "AIMDScalingStrategy",
     "AsyncSink",
     "AsyncSinkDeadLetterQueue",
@@ -68,6 +71,7 @@ __all__ = [
     "EntrySerializer",
     "ErrorClassification",
     "ErrorClassifier",
+    "IdempotencyKeys",
     "JsonLinesDeadLetterQueue",
     "PacingRateLimitingStrategy",
     "PartialFailure",

@@ -25,13 +25,14 @@ from framework.asyncsink._classify import DEFAULT_ERROR_CLASSIFIER, ErrorClassif
 from framework.asyncsink._config import AsyncSinkWriterConfig, RetryPolicy
 from framework.asyncsink._converter import ElementConverter
 from framework.asyncsink._deadletter import DeadLetterQueue
+from framework.asyncsink._idempotency import IdempotencyKeys
 from framework.asyncsink._ratelimit import (
     CongestionControlRateLimitingStrategy,
     RateLimitingStrategyFactory,
 )
 from framework.asyncsink._state import BufferedRequestState
 from framework.asyncsink._writer import AsyncSinkWriter
-from framework.errors import SinkError
+from framework.errors import ConfigurationError, SinkError
 from framework.sink import (
     GlobalCommitter,
     Sink,
@@ -83,6 +84,8 @@ class AsyncSink(Sink[Any, None, None], Generic[RequestEntryT]):
         error_classifier: decides which errors raised by a request are retryable.
         dead_letter_queue: where rejected entries go; ``None`` fails the job instead.
         app_id: application identity (see :class:`~framework.sink.Sink`).
+        idempotency_keys: stamp every row with a key that stays the same when it is delivered
+            again (see :class:`IdempotencyKeys`); ``None``: no key.
     """
 
     def __init__(
@@ -95,8 +98,14 @@ class AsyncSink(Sink[Any, None, None], Generic[RequestEntryT]):
         error_classifier: ErrorClassifier = DEFAULT_ERROR_CLASSIFIER,
         dead_letter_queue: DeadLetterQueue | None = None,
         app_id: str | None = None,
+        idempotency_keys: IdempotencyKeys | None = None,
     ) -> None:
+        if idempotency_keys is not None and not isinstance(idempotency_keys, IdempotencyKeys):
+            raise ConfigurationError(
+                f"idempotency_keys must be an IdempotencyKeys or None, got {idempotency_keys!r}"
+            )
         self.element_converter = element_converter
+        self.idempotency_keys = idempotency_keys
         self.config = config if config is not None else AsyncSinkWriterConfig()
         self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy()
         self.rate_limiting: RateLimitingStrategyFactory = (
@@ -123,6 +132,7 @@ class AsyncSink(Sink[Any, None, None], Generic[RequestEntryT]):
             "error_classifier": self.error_classifier,
             "rate_limiting_strategy": self.rate_limiting(self.config),
             "dead_letter_queue": self.dead_letter_queue,
+            "idempotency_keys": self.idempotency_keys,
             "context": context,
             "initial_state": initial_state,
         }

@@ -28,9 +28,9 @@ import logging
 import random
 from abc import ABC, abstractmethod
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from framework.asyncsink._classify import (
     DEFAULT_ERROR_CLASSIFIER,
@@ -45,6 +45,7 @@ from framework.asyncsink._deadletter import (
     DeadLetterReason,
     DeadLetterWriter,
 )
+from framework.asyncsink._idempotency import IdempotencyKeys
 from framework.asyncsink._metrics import WriterMetrics, _Counters
 from framework.asyncsink._ratelimit import (
     CongestionControlRateLimitingStrategy,
@@ -142,6 +143,8 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
         initial_state: snapshots to restore; their entries are sent first, in order, keeping
             their failed-attempt counts.
         rng: random source for the backoff jitter (seed it in tests).
+        idempotency_keys: stamp each element (a row) with its key before converting it
+            (:class:`~framework.asyncsink.IdempotencyKeys`; positions count from 0 per writer).
     """
 
     def __init__(
@@ -156,8 +159,11 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
         context: WriterContext | None = None,
         initial_state: Iterable[BufferedRequestState[RequestEntryT]] = (),
         rng: random.Random | None = None,
+        idempotency_keys: IdempotencyKeys | None = None,
     ) -> None:
         self._converter = element_converter
+        self._keys = idempotency_keys
+        self._position = 0  # elements converted so far: the next one's position in the task
         self._config = config if config is not None else AsyncSinkWriterConfig()
         self._backoff = (retry_policy if retry_policy is not None else RetryPolicy()).backoff()
         self._classifier = error_classifier
@@ -270,14 +276,26 @@ class AsyncSinkWriter(ABC, Generic[InputT, RequestEntryT]):
         return self._strategy
 
     def convert(self, elements: Iterable[InputT]) -> list[RequestEntryT]:
-        """Convert elements to request entries. Pure, so it may run on any thread."""
+        """Convert elements to request entries. Without idempotency keys it is pure and may run
+        on any thread; with them each element is stamped with its key first, and its position
+        counts: convert the task's elements in their input order, each once."""
         apply = self._converter.apply
         context = self._context
-        return [apply(element, context) for element in elements]
+        keys = self._keys
+        if keys is None:
+            return [apply(element, context) for element in elements]
+        first = self._position
+        rows = cast(Iterable[Mapping[str, Any]], elements)  # (keyed sinks take rows)
+        entries = [
+            apply(cast(InputT, keys.stamped(context, first + i, row)), context)
+            for i, row in enumerate(rows)
+        ]
+        self._position = first + len(entries)
+        return entries
 
     async def write(self, element: InputT) -> None:
         """Buffer one element; see :meth:`write_entries`."""
-        await self.write_entries([self._converter.apply(element, self._context)])
+        await self.write_entries(self.convert([element]))
 
     async def write_many(self, elements: Iterable[InputT]) -> None:
         """Buffer many elements, converting them first; see :meth:`write_entries`."""

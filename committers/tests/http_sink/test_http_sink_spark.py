@@ -7,6 +7,7 @@ workers reach it over loopback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from typing import Any
@@ -14,12 +15,18 @@ from typing import Any
 import fsspec
 import pytest
 
-from committers.http import HttpSink
+from committers.http import IDEMPOTENCY_KEY_HEADER, HttpSink
 from committers.tests._spark_helpers import write_source_file
-from committers.tests._throttling_server import ThrottlingServer
+from committers.tests._throttling_server import ServerStats, ThrottlingServer
 from framework import TwoPhaseSink
-from framework.asyncsink import AsyncSinkWriterConfig, JsonLinesDeadLetterQueue, RetryPolicy
-from framework.errors import FatalDeliveryError
+from framework.asyncsink import (
+    DEFAULT_KEY_FIELD,
+    AsyncSinkWriterConfig,
+    IdempotencyKeys,
+    JsonLinesDeadLetterQueue,
+    RetryPolicy,
+)
+from framework.errors import ConfigurationError, FatalDeliveryError
 from framework.sink import SinkWriter, WriterContext
 
 pytestmark = [pytest.mark.spark]
@@ -149,3 +156,63 @@ def test_a_failed_task_is_retried_by_spark_and_its_rows_arrive_at_least_once(spa
     assert set(delivered) == set(range(400))
     # Partition 0 ran twice: its rows arrived twice (at-least-once), the others once.
     assert sorted(Counter(delivered.values()).items()) == [(1, 200), (2, 200)]
+
+
+def test_idempotency_keys_let_a_deduplicating_endpoint_store_every_row_once(spark):
+    """Rows delivered again by a retried request whose answer was lost, by a retried task and by
+    a replayed batch (the same epoch written again) carry the same key each time: the endpoint,
+    deduplicating by it, stores every row exactly once and counts the duplicates it dropped.
+    Without keys the same run stores duplicates."""
+    df = spark.range(0, 2000, numPartitions=4).selectExpr("id", "concat('row-', id) AS name")
+
+    def deliver(keys: IdempotencyKeys | None) -> tuple[Counter, ServerStats]:
+        with ThrottlingServer(
+            failure_rate=0.05,
+            partial_failure_rate=0.05,
+            lost_ack_rate=0.2,
+            seed=5,
+            dedup_field=DEFAULT_KEY_FIELD,
+        ) as server:
+            sink = FirstAttemptFailsHttpSink(
+                server.url,
+                config=CONFIG,
+                retry_policy=RETRIES,
+                app_id="keyed",
+                idempotency_keys=keys,
+            )
+            for _ in range(2):  # the batch, then its replay
+                TwoPhaseSink(sink).write(df, epoch_id=7)
+            return Counter(record["id"] for record in server.records), server.stats
+
+    stored, stats = deliver(IdempotencyKeys())
+    assert stored == Counter(range(2000))  # each row once
+    assert stats.lost_acks > 0 and stats.unkeyed_records == 0
+    # Each row was delivered at least twice (the replay), partition 0's three times (its
+    # failed first attempt): every delivery after the first was dropped as a duplicate.
+    assert stats.duplicate_records >= 2000 + 500
+    unkeyed, _ = deliver(None)
+    assert set(unkeyed) == set(range(2000)) and max(unkeyed.values()) > 1
+
+
+def test_keys_as_idempotency_key_headers_of_one_record_requests(spark):
+    """Keys from a column of the rows, sent as the Idempotency-Key header: the endpoint
+    deduplicates by the header."""
+    df = spark.range(0, 120, numPartitions=2).selectExpr("id", "id * 10 AS order_id")
+    with ThrottlingServer(lost_ack_rate=0.3, seed=3, dedup_header=IDEMPOTENCY_KEY_HEADER) as server:
+        keys = IdempotencyKeys(field="key", from_column="order_id")
+        sink = HttpSink(
+            server.url,
+            config=dataclasses.replace(CONFIG, max_batch_size=1),
+            retry_policy=RETRIES,
+            app_id="orders",
+            idempotency_keys=keys,
+            idempotency_header=True,
+        )
+        TwoPhaseSink(sink).write(df, epoch_id=0)
+        TwoPhaseSink(sink).write(df, epoch_id=1)  # another epoch: the keys are the rows'
+        records, stats = server.records, server.stats
+    assert sorted(r["id"] for r in records) == list(range(120))
+    assert all(r["key"] == str(r["order_id"]) for r in records)
+    assert stats.duplicate_records >= 120 and stats.lost_acks > 0
+    with pytest.raises(ConfigurationError, match="one-record requests"):
+        make_sink(server.url, idempotency_keys=keys, idempotency_header=True)

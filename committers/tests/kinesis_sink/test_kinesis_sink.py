@@ -9,6 +9,7 @@ import json
 import pickle
 import socket
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from framework.asyncsink import (
     AsyncSinkTaskWriter,
     AsyncSinkWriterConfig,
     BufferedRequestState,
+    IdempotencyKeys,
     JsonLinesDeadLetterQueue,
     RetryPolicy,
 )
@@ -123,6 +125,18 @@ def test_every_row_becomes_exactly_one_record(moto_endpoint: str, stream: str):
     assert writer.async_writer is not None
     metrics = writer.async_writer.metrics
     assert (metrics.num_records_out, metrics.num_retries, metrics.num_requests) == (350, 0, 4)
+
+
+def test_a_task_run_again_sends_its_records_with_the_same_idempotency_keys(
+    moto_endpoint: str, stream: str
+):
+    sink = make_sink(moto_endpoint, stream, idempotency_keys=IdempotencyKeys())
+    run_task(sink, rows(30))
+    run_task(sink, rows(20), rows(10, start=20))  # the task again, its input batched otherwise
+    decoded = [json.loads(record["Data"]) for record in read_stream(moto_endpoint, stream)]
+    sent = Counter((row["id"], row["idempotency_key"]) for row in decoded)
+    assert set(sent.values()) == {2}  # each row twice, with the same key both times
+    assert len(sent) == len({key for _, key in sent}) == 30  # one key per row
 
 
 class FlakyKinesisWriter(KinesisSinkWriter):
