@@ -103,9 +103,9 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         partition_by: partition columns of a table the sink creates (columns of the input).
             An existing table keeps its own partitioning: leave this out or repeat it.
         cluster_by: up to 4 columns of the input a table the sink creates is clustered by
-            (liquid clustering: no partitions; ``compact()`` sorts by them, delta-spark's
-            ``OPTIMIZE`` clusters). An existing table keeps its own clustering: leave this out
-            or repeat it.
+            (liquid clustering: no partitions; ``compact()`` and delta-spark's ``OPTIMIZE``
+            cluster by them). An existing table keeps its own clustering: leave this out or
+            repeat it.
         storage_options: one set of options for staging (fsspec) and the log (delta-rs), e.g.
             ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``.
         schema_mode: ``"strict"`` (input must match the table), ``"merge"`` (new nullable

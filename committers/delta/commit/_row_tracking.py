@@ -59,7 +59,7 @@ def row_ids(
     Raises:
         UnsupportedTableFeatureError: the commit removes files (it would copy rows whose
             stable ids it cannot preserve), or the log cannot be followed to the high-water
-            mark (a v2 checkpoint); nothing was written.
+            mark (a checkpoint ``_last_checkpoint`` names is missing, say); nothing was written.
         CommitFailedError: the log moved past ``version - 1`` (a race: retried on a fresh
             snapshot).
     """
