@@ -63,6 +63,7 @@ from committers.delta.commit._compact_rewrite import (
     rewrite_with_arrow,
     rewrite_with_spark,
 )
+from committers.delta.commit._row_tracking import assigns_row_ids
 from committers.delta.commit._sequence import (
     add_action,
     advance,
@@ -70,6 +71,7 @@ from committers.delta.commit._sequence import (
     files_gone,
     write_transaction,
 )
+from committers.delta.read._row_lineage import row_lineage
 from committers.delta.spark._spark_staging import (
     run_directory,
     spark_manifest_path,
@@ -232,9 +234,16 @@ def compact_table(
     shape = TableShape.of_table(table)
     layout = _check_compactable(shape, table, location.uri)
     cluster_by = _clustering(table, location, shape)
+    tracks_rows = assigns_row_ids(table)
+    if tracks_rows and staging == "spark":
+        raise ConfigurationError(
+            f"compaction with staging='spark' cannot rewrite {location.uri}: it tracks row "
+            "ids, which only the Python tasks carry over (in the materialized columns). Use "
+            "staging='arrow' or 'auto'; nothing was done."
+        )
     if staging == "spark":
         check_spark_can_rewrite(spark, shape, location)
-    elif staging == "auto" and cluster_by:  # Spark clusters; Python tasks only pack
+    elif staging == "auto" and cluster_by and not tracks_rows:  # Spark clusters; Python packs
         try:
             check_spark_can_rewrite(spark, shape, location)
             staging = "spark"
@@ -261,7 +270,12 @@ def compact_table(
             snapshot = Snapshot(
                 location, read_version, shape, reader_features(table)[1], table.schema().to_json()
             )
-            staged = rewrite_with_arrow(spark, snapshot, layout, groups, options, epoch)
+            lineage = None
+            if tracks_rows:
+                paths = [f.path for g in groups for f in g.files]
+                configuration = dict(shape.configuration)
+                lineage = row_lineage(location, configuration, read_version, paths)
+            staged = rewrite_with_arrow(spark, snapshot, layout, groups, options, epoch, lineage)
     except BaseException:
         _discard(location, epoch)
         raise
@@ -345,8 +359,9 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
     Raises:
         UnsupportedTableFeatureError: as the sink refuses the table.
     """
-    # The sink's own refusal first (identity columns, row tracking, unknown features, ...).
-    check_appends_only(shape.features, uri, "compaction")
+    # The sink's own refusal first (identity columns, unknown features, ...); compaction
+    # carries row ids over (read/_row_lineage.py).
+    check_appends_only(shape.features, uri, "compaction", allowed=frozenset({"rowTracking"}))
     return plan_write(shape, shape.arrow_schema(), "strict", uri).layout
 
 

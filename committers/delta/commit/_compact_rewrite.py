@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from committers.delta.commit._compact_plan import CompactionGroup
+from committers.delta.read._row_lineage import RowLineage
 from committers.delta.spark._arrow_rewrite import (
     GroupToRewrite,
     rewrite_groups,
@@ -123,9 +124,11 @@ def rewrite_with_arrow(
     groups: list[CompactionGroup],
     options: WriterOptions,
     epoch: Epoch,
+    lineage: RowLineage | None = None,
 ) -> list[StagedFile]:
     """Rewrite every group in Python tasks (pyarrow); the staged files, checked against the
-    groups."""
+    groups. ``lineage``: the row ids and commit versions to carry over (a row-tracking
+    table)."""
     location = snapshot.location
     directory = run_directory(epoch)
     write_manifest(location, spark_manifest_path(epoch), [], directories=[directory])
@@ -139,7 +142,9 @@ def rewrite_with_arrow(
         for index, group in enumerate(groups)
     ]
     with _rewriting(spark, location, "Python tasks"):
-        staged = rewrite_groups(spark, snapshot, layout, work, options, directory).files
+        staged = rewrite_groups(
+            spark, snapshot, layout, work, options, directory, lineage=lineage
+        ).files
     check_rewritten_rows(location.uri, groups, staged, layout)
     return staged
 

@@ -3,11 +3,12 @@ with row tracking (PROTOCOL.md, "Row Tracking"): each ``add`` gets a ``baseRowId
 table's high-water mark and a ``defaultRowCommitVersion`` equal to the commit's version, and
 the same commit carries the ``delta.rowTracking`` domain with the new mark.
 
-Only appends are written this way: the sink copies no row (an overwrite, an upsert, a
-compaction would, and preserving the copied rows' stable ids needs their materialized
-columns, which the sink's rewrites do not carry yet: they are refused before staging, see
-``table/_protocol.check_appends_only``). So every row a commit adds is new, its stable id is
-its fresh id, and the commitInfo says ``delta.rowTracking.preserved``.
+Appends add new rows: their stable id is their fresh id. The one rewrite written this way is
+compaction, whose files (``dataChange=false``) carry each copied row's id and commit version
+in the materialized columns (:mod:`committers.delta.read._row_lineage`), which override the
+fresh ones. Other rewrites (an overwrite, an upsert) would copy rows without their ids: they
+are refused before staging (``table/_protocol.check_appends_only``), and here. Either way the
+commitInfo says ``delta.rowTracking.preserved``.
 
 The mark is read from the log (its checkpoint's and later commits' ``domainMetadata``) at the
 version the commit lands on top of; a commit landing first changes it, and the put-if-absent
@@ -57,13 +58,14 @@ def row_ids(
     """``adds`` with their row ids and commit version, for commit ``version``.
 
     Raises:
-        UnsupportedTableFeatureError: the commit removes files (it would copy rows whose
-            stable ids it cannot preserve), or the log cannot be followed to the high-water
-            mark (a checkpoint ``_last_checkpoint`` names is missing, say); nothing was written.
+        UnsupportedTableFeatureError: the commit removes files and adds data (it would copy
+            rows whose stable ids it does not preserve; a compaction's adds change no data),
+            or the log cannot be followed to the high-water mark (a checkpoint
+            ``_last_checkpoint`` names is missing, say); nothing was written.
         CommitFailedError: the log moved past ``version - 1`` (a race: retried on a fresh
             snapshot).
     """
-    if removes:
+    if removes and any(add.get("dataChange", True) for add in adds):
         raise UnsupportedTableFeatureError(
             f"cannot commit to {store.uri}: it tracks row ids, and this commit removes files "
             "whose rows the sink cannot carry over with their ids. Nothing was written."

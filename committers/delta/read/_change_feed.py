@@ -539,7 +539,7 @@ class ChangeFileReader(DeltaFileReader):
         return keep
 
     def _finish(
-        self, file: FileSplit, batch: pa.RecordBatch, raw: pa.RecordBatch | None
+        self, file: FileSplit, batch: pa.RecordBatch, raw: pa.RecordBatch | None, first_row: int
     ) -> pa.RecordBatch:
         rows = batch.num_rows
         kind = file.metadata[_KIND]

@@ -292,7 +292,7 @@ class DeltaFileReader:
         keep = self._row_filter(file)
         first_row = 0
         for rows, batch in self._batches(parquet, wanted + self._extra_columns(file, file_schema)):
-            shaped = self._finish(file, self._shape(file, columns, rows, batch), batch)
+            shaped = self._finish(file, self._shape(file, columns, rows, batch), batch, first_row)
             mask = keep(first_row, rows)
             first_row += rows
             if mask is None:
@@ -325,10 +325,11 @@ class DeltaFileReader:
         return []
 
     def _finish(
-        self, file: FileSplit, batch: pa.RecordBatch, raw: pa.RecordBatch | None
+        self, file: FileSplit, batch: pa.RecordBatch, raw: pa.RecordBatch | None, first_row: int
     ) -> pa.RecordBatch:
-        """The batch to emit for ``batch`` (the table's columns of some of the file's rows;
-        ``raw`` is what was read of them, extra columns included): ``batch`` itself here."""
+        """The batch to emit for ``batch`` (the table's columns of the file's rows from its
+        ``first_row``-th on, before any is filtered out; ``raw`` is what was read of them,
+        extra columns included): ``batch`` itself here."""
         return batch
 
     def _batches(

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
+from committers.delta.read._row_lineage import RowLineage, RowLineageReader
 from committers.delta.read._source import DeltaFileReader, spell_partition_value, vector_metadata
 from committers.delta.table._delta_schema import arrow_schema
 from committers.delta.table._live_vectors import VectoredFile
@@ -195,19 +196,20 @@ def rewrite_groups(
     *,
     operation: str = "compaction",
     row_filter: RowFilter | None = None,
+    lineage: RowLineage | None = None,
 ) -> Rewritten:
     """Rewrite each group as one file under ``directory`` (relative to the table root), in
     Spark tasks each rewriting whole groups; the staged files, one per group that keeps a row
     (none is written for a group without rows), in no order, and the rows counted.
     ``row_filter`` (run in the tasks, on up to a row group of rows at a time) keeps the rows
-    it returns; errors name ``operation``.
+    it returns; errors name ``operation``; ``lineage``: see :class:`GroupRewriter`.
 
     Raises:
         RowCountMismatchError: see :func:`check_rows`.
         Exception: the Spark job's error (a file unreadable or gone, a write failing); files
             already written stay under ``directory`` for the caller's clean-up.
     """
-    rewriter = GroupRewriter(snapshot, layout, options, directory, operation, row_filter)
+    rewriter = GroupRewriter(snapshot, layout, options, directory, operation, row_filter, lineage)
     outcomes = in_tasks(spark, groups, rewriter.rewrite)
     return check_rows(f"{operation} of {snapshot.location.uri} (staged in {directory})", outcomes)
 
@@ -279,7 +281,8 @@ def _pack(groups: list[GroupToRewrite], slots: int) -> list[list[GroupToRewrite]
 
 class GroupRewriter:
     """Rewrites one group as one file (see the module docstring); pickles to the Python
-    workers."""
+    workers. With ``lineage`` (a row-tracking table) each row keeps its id and commit version
+    in the materialized columns, written after the table's."""
 
     def __init__(
         self,
@@ -289,6 +292,7 @@ class GroupRewriter:
         directory: str,
         operation: str,
         row_filter: RowFilter | None,
+        lineage: RowLineage | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._layout = layout
@@ -296,6 +300,9 @@ class GroupRewriter:
         self._directory = directory
         self._operation = operation
         self._row_filter = row_filter
+        self._lineage = lineage
+        extra = [] if lineage is None else lineage.fields
+        self._written_schema = pa.schema([*layout.file_schema, *extra])
 
     def rewrite(self, group: GroupToRewrite) -> GroupOutcome:
         """The staged file (``None`` when no row is kept) and the rows counted."""
@@ -305,7 +312,7 @@ class GroupRewriter:
         if first is None:  # empty files only, or every row filtered out
             return GroupOutcome(None, counted.read, counted.dropped, 0)
         location = self._snapshot.location
-        schema = self._layout.file_schema
+        schema = self._written_schema
         values = dict(group.partition_values)
         if not self._layout.hive_directories:  # (column mapping: as the writers place files)
             partitions = "".join(random.choices(string.ascii_letters + string.digits, k=2))
@@ -317,13 +324,14 @@ class GroupRewriter:
         full = location.path(relative)
         if location.is_local:
             fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
-        stats = FileStatsCollector(schema)
+        # (stats of the table's columns only: the lineage columns come after them)
+        stats = FileStatsCollector(self._layout.file_schema)
         written = 0
         try:
             with fs.open(full, "wb") as stream:
                 writer = parquet_writer(stream, schema, self._options.compression)
                 for table in itertools.chain([first], tables):
-                    stats.observe(table)
+                    stats.observe(table.select(self._layout.file_schema.names))
                     writer.write_table(table, row_group_size=table.num_rows)
                     written += table.num_rows
                 writer.close()
@@ -344,7 +352,11 @@ class GroupRewriter:
     def _row_groups(self, group: GroupToRewrite, counted: _Counted) -> Iterator[pa.Table]:
         """The group's rows (those the filter keeps) as tables of the file schema, each up to
         one row group; no empty table. Counts the rows read and dropped into ``counted``."""
-        reader = DeltaFileReader(self._snapshot)
+        reader = (
+            DeltaFileReader(self._snapshot)
+            if self._lineage is None
+            else RowLineageReader(self._snapshot, self._lineage)
+        )
         values = dict(group.read_values)
         vectors = {path: dict(metadata) for path, metadata in group.vectors}
         pending: list[pa.RecordBatch] = []
@@ -388,7 +400,11 @@ class GroupRewriter:
             table = self._row_filter(table)
             counted.dropped += before - table.num_rows
         if table.num_rows:
-            yield _as_file_schema(table, self._snapshot.shape, self._layout.file_schema)
+            shaped = _as_file_schema(table, self._snapshot.shape, self._layout.file_schema)
+            if self._lineage is not None:  # the lineage columns as read, after the table's
+                for f in self._lineage.fields:
+                    shaped = shaped.append_column(f, table.column(f.name))
+            yield shaped
 
 
 def _as_file_schema(table: pa.Table, shape: TableShape, file_schema: pa.Schema) -> pa.Table:

@@ -170,21 +170,28 @@ _APPENDS_ONLY = {
     "the sink writes such tables by appending only (its appends generate the values and "
     "advance the high-water marks); delta-rs, which commits the sink's other operations, "
     "refuses the feature",
-    "rowTracking": "the table tracks row ids (writer feature rowTracking), and the sink's "
-    "rewrites do not carry the ids of the rows they copy yet; its appends number their rows",
+    "rowTracking": "the table tracks row ids (writer feature rowTracking), and this rewrite "
+    "does not carry the ids of the rows it copies over (the sink's appends number their rows, "
+    "its compaction keeps them)",
 }
 
 
-def check_appends_only(features: TableFeatures, table_uri: str, operation: str) -> None:
+def check_appends_only(
+    features: TableFeatures,
+    table_uri: str,
+    operation: str,
+    allowed: frozenset[str] = frozenset(),
+) -> None:
     """Refuse an ``operation`` other than an append (an overwrite, complete mode, an upsert, a
     compaction) on a table the sink writes by appending only (identity columns, row
-    tracking), before anything is staged.
+    tracking), before anything is staged; the features in ``allowed`` are the operation's to
+    honour (compaction carries row ids over).
 
     Raises:
         UnsupportedTableFeatureError: the table enables such a feature.
     """
     for feature, why in _APPENDS_ONLY.items():
-        if feature in features:
+        if feature in features and feature not in allowed:
             raise UnsupportedTableFeatureError(
                 f"{operation} cannot write {table_uri}: {why}. Nothing was written. Append to "
                 "it (mode='append'), or run this operation with delta-spark (MERGE, INSERT "

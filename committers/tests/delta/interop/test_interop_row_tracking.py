@@ -2,8 +2,10 @@
 sink appends gets a ``baseRowId`` above the table's high-water mark and its commit's version
 as ``defaultRowCommitVersion``, and the commit advances the ``delta.rowTracking`` domain;
 delta-spark's ``_metadata.row_id`` and ``_metadata.row_commit_version`` are the judge, before
-and after our writes, across a checkpoint and against a delta-spark commit racing ours. The
-operations that copy rows (overwrite, upsert, compaction) are refused by name."""
+and after our writes, across a checkpoint and against a delta-spark commit racing ours.
+Compaction keeps every row's id and commit version (in the materialized columns), deletion
+vectors and delta-spark's materialized ids included; the operations that copy rows without
+them (overwrite, upsert, compaction by Spark) are refused by name."""
 
 from __future__ import annotations
 
@@ -18,8 +20,12 @@ from committers.delta import DeltaSink, UnsupportedTableFeatureError
 from committers.tests._delta_helpers import log_actions
 from committers.tests._delta_spark import assert_all_read, comparable
 from committers.tests._log_races import race_before_write
-from committers.tests.delta.interop.test_interop_delta_spark_write import _create
+from committers.tests.delta.interop.test_interop_delta_spark_write import (
+    _create,
+    _read_by_spark_and_duckdb,
+)
 from framework import TwoPhaseSink
+from framework.errors import ConfigurationError
 
 pytestmark = pytest.mark.spark
 
@@ -115,10 +121,53 @@ def test_operations_that_copy_rows_are_refused(delta_spark, tmp_path):
         "upsert": lambda: TwoPhaseSink(
             DeltaSink(uri, app_id="u", mode="upsert", keys=["id"], delete_when="op = 'D'")
         ).write(rows),
-        "compaction": lambda: DeltaSink(uri).compact(spark),
+        "compaction by Spark": lambda: DeltaSink(uri, staging="spark").compact(spark),
     }
     for operation, attempt in attempts.items():
-        with pytest.raises(UnsupportedTableFeatureError, match="tracks row ids"):
+        with pytest.raises((UnsupportedTableFeatureError, ConfigurationError), match="row ids"):
             attempt()
         assert DeltaTable(uri).version() == version, operation
     assert assert_all_read(spark, uri) == comparable([{"id": 1, "v": 1}, {"id": 2, "v": 2}])
+
+
+def test_compaction_keeps_every_rows_id_and_commit_version(delta_spark, tmp_path):
+    """Small files from delta-spark (an UPDATE that materialized ids, a DELETE that left a
+    deletion vector) and from the sink, compacted by the sink's Python tasks: every row keeps
+    its row id and commit version as delta-spark reads them, the new files carry the
+    materialized columns and fresh base ids, and delta-spark's next insert is numbered above
+    everything."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        ROWS,
+        "INSERT INTO {t} VALUES (1, 1), (2, 2), (3, 3)",
+        "INSERT INTO {t} VALUES (4, 4)",
+        "UPDATE {t} SET v = 20 WHERE id = 2",
+        "DELETE FROM {t} WHERE id = 3",
+        clauses="TBLPROPERTIES ('delta.enableRowTracking' = 'true', "
+        "'delta.enableDeletionVectors' = 'true')",
+    )
+    TwoPhaseSink(DeltaSink(uri, app_id="a")).write(
+        spark.createDataFrame([(5, 5), (6, 6)], ROWS), epoch_id=0
+    )
+    before = _tracked(spark, uri)
+    version = DeltaTable(uri).version()
+    result = DeltaSink(uri).compact(spark)
+    assert result.version == version + 1 and result.files_added == 1
+    assert _tracked(spark, uri) == before
+    (add,) = log_actions(uri, "add", first=version + 1)
+    assert add["dataChange"] is False and add["baseRowId"] > max(r for r, _ in before.values())
+    configuration = DeltaTable(uri).metadata().configuration
+    materialized = {
+        configuration["delta.rowTracking.materializedRowIdColumnName"],
+        configuration["delta.rowTracking.materializedRowCommitVersionColumnName"],
+    }
+    assert materialized <= set(pq.read_schema(Path(uri) / add["path"]).names)
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (7, 7)")
+    tracked = _tracked(spark, uri)
+    assert tracked[7][0] > add["baseRowId"] + 4  # above the compaction's fresh ids
+    assert _read_by_spark_and_duckdb(spark, uri) == comparable(  # (deltalake: no vectors)
+        [{"id": i, "v": 20 if i == 2 else i} for i in (1, 2, 4, 5, 6, 7)]
+    )
