@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BOOTSTRAP := sh tools/bootstrap-venv.sh "$(PYTHON)" "$(VENV)"
 
-.PHONY: demo kafka-demo test check lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars images compose
+.PHONY: demo kafka-demo test check lint typecheck unit prereqs bench bench-delta-spark campaign clean runtime-venv dev-venv jars jvm-archive images compose
 
 prereqs:
 	@sh tools/check-prereqs.sh "$(PYTHON)"
@@ -42,6 +42,12 @@ unit: dev-venv
 jars: runtime-venv
 	$(PY) tools/jars.py
 
+# A class-data-sharing archive of the classes a test driver's JVM loads (committers/tests/
+# _jvm_archive.py), made once per JVM, pyspark and jars: each of the suite's many Spark drivers
+# then starts in about half the time. Not needed for correctness: without it JVMs start as usual.
+jvm-archive: dev-venv jars
+	$(PY) -m committers.tests._jvm_archive
+
 # The container images of the tests (tools/containers.py), built on this machine, nothing pulled:
 # the S3 server (SeaweedFS), the Kafka broker and Spark standalone nodes. Starts a Docker engine
 # first where none answers and one can be had (as root with apt: Debian's docker.io); where none
@@ -58,7 +64,7 @@ compose:
 # Two pytest-xdist workers (one SparkSession each): the tests that kill processes (campaign,
 # zombie drivers, executor loss, speculation, deploy) stay together in one worker
 # (xdist_group "kills_processes") while the rest share both.
-test: dev-venv lint typecheck jars images
+test: dev-venv lint typecheck jars jvm-archive images
 	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=40
 
 # The fast tier for the edit-test loop: lint, types, every unit test (those that need neither
@@ -67,7 +73,7 @@ test: dev-venv lint typecheck jars images
 # `smoke`: appends and a killed driver, both stagings, upserts, overwrites, compaction, vacuum,
 # reads, deletion vectors, the change data feed, the HTTP sink, S3, Kafka): 6.5 min on 2 cores.
 # `make test` runs everything before a change lands.
-check: dev-venv lint typecheck jars
+check: dev-venv lint typecheck jars jvm-archive
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -q -m "(not spark and not integration and not slow) or smoke"
 
 # The benchmarks start the S3 server and the throttling HTTP server of the test suite.

@@ -11,7 +11,7 @@ import pytest
 
 from committers.delta import DeltaSink
 from committers.tests._jars import DELTA_SPARK_CONFIGS, fetched_jars, local_jar_configs
-from committers.tests._spark_helpers import TEST_JVM_OPTIONS
+from committers.tests._spark_helpers import DRIVER_JVM_OPTIONS
 from committers.tests._streaming_driver import STAGING_VARIABLE
 from integration_tests._containers import remove_orphaned_containers, servers_report
 from integration_tests._s3server import S3Server, s3_server
@@ -43,7 +43,7 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", DRIVER_JVM_OPTIONS)
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         # A Spark Connect server in the same driver, for the `connect` fixture (idle otherwise).
         .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")

@@ -60,7 +60,7 @@ def main() -> None:
     from pyspark.sql.functions import col, pandas_udf
 
     from committers.delta import DeltaSink
-    from committers.tests._spark_helpers import TEST_JVM_OPTIONS
+    from committers.tests._spark_helpers import DRIVER_JVM_OPTIONS, TEST_JVM_OPTIONS
     from framework import TwoPhaseSink
 
     os.environ["SPARK_HOME"] = os.path.dirname(pyspark.__file__)
@@ -72,7 +72,7 @@ def main() -> None:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.task.maxFailures", "4")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "250")
-        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", DRIVER_JVM_OPTIONS)
         .config("spark.executor.extraJavaOptions", TEST_JVM_OPTIONS)
         .getOrCreate()
     )

@@ -12,7 +12,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from committers.delta import DeltaSink
-from committers.tests._spark_helpers import TEST_JVM_OPTIONS
+from committers.tests._spark_helpers import DRIVER_JVM_OPTIONS
 from framework import TwoPhaseSink
 
 
@@ -25,7 +25,7 @@ def main(table: str) -> None:
         SparkSession.builder.master("local[1]")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", DRIVER_JVM_OPTIONS)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

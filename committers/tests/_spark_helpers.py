@@ -9,6 +9,7 @@ from pathlib import Path
 
 from committers.delta import DeltaSink
 from committers.delta.write._writer import DeltaStagingWriter
+from committers.tests._jvm_archive import archive_options
 
 SOURCE_SCHEMA = "id LONG, day STRING"
 
@@ -20,11 +21,15 @@ SOURCE_SCHEMA = "id LONG, day STRING"
 #: by 17 %.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
+#: The options of a local-mode driver's JVM (its executors run in it): the above, and the class
+#: archive of `make jvm-archive` where there is one (:mod:`committers.tests._jvm_archive`).
+DRIVER_JVM_OPTIONS = f"{TEST_JVM_OPTIONS} {archive_options()}".strip()
 
-def driver_session():
+
+def driver_session(configs: dict[str, str] | None = None):
     """The local[2] SparkSession of a test driver run as its own process (its Python workers
     run this interpreter, its JVM binds the loopback); with the jars of `make jars`
-    (hadoop-aws: Spark's staging on S3) when they were fetched."""
+    (hadoop-aws: Spark's staging on S3) when they were fetched, and ``configs``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -36,10 +41,10 @@ def driver_session():
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", DRIVER_JVM_OPTIONS)
     )
     jars, _ = fetched_jars()
-    for key, value in local_jar_configs(jars).items():
+    for key, value in {**local_jar_configs(jars), **(configs or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -30,7 +30,7 @@ def main(master_url: str, table: str, markers: str, staging: str) -> None:
     from pyspark.sql.types import LongType
 
     from committers.delta import DeltaSink
-    from committers.tests._spark_helpers import TEST_JVM_OPTIONS
+    from committers.tests._spark_helpers import DRIVER_JVM_OPTIONS, TEST_JVM_OPTIONS
     from framework import TwoPhaseSink
 
     root = str(Path(__file__).resolve().parents[2])
@@ -49,7 +49,7 @@ def main(master_url: str, table: str, markers: str, staging: str) -> None:
         .config("spark.speculation.multiplier", "1.5")
         .config("spark.speculation.quantile", "0.5")
         .config("spark.speculation.minTaskRuntime", "500ms")
-        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", DRIVER_JVM_OPTIONS)
         .config("spark.executor.extraJavaOptions", TEST_JVM_OPTIONS)
         .getOrCreate()
     )
