@@ -37,7 +37,6 @@ __all__ = [
     "CLUSTERING_DOMAIN",
     "MAX_CLUSTERING_COLUMNS",
     "check_cluster_by",
-    "check_clustering_columns",
     "clustering_columns",
     "create_clustered_table",
     "planned_clustering",
@@ -82,7 +81,7 @@ def check_cluster_by(
     return columns
 
 
-def check_clustering_columns(
+def _check_clustering_columns(
     schema: pa.Schema, cluster_by: Sequence[str], configuration: Mapping[str, str], uri: str
 ) -> list[str]:
     """``cluster_by`` spelled as the columns of ``schema`` (the new table's) are, after checking
@@ -297,14 +296,14 @@ def planned_clustering(
     ``cluster_by`` must be its clustering.
 
     Raises:
-        SchemaMismatchError: see :func:`check_clustering_columns`; or the existing table is not
+        SchemaMismatchError: see :func:`_check_clustering_columns`; or the existing table is not
             clustered by exactly ``cluster_by``.
         UnsupportedTableFeatureError: the clustering of the existing table cannot be read.
     """
     if not cluster_by:
         return []
     if not table_exists:
-        return check_clustering_columns(schema, cluster_by, configuration, location.uri)
+        return _check_clustering_columns(schema, cluster_by, configuration, location.uri)
     current = clustering_columns(location)
     if current is None or [c.lower() for c in current] != [c.lower() for c in cluster_by]:
         what = "not clustered" if current is None else f"clustered by {current}"

@@ -35,14 +35,18 @@ def read_schema(layout: FileLayout) -> str:
     return ", ".join(f"{quote(f.name)} {spark_type(f.type, physical=False)}" for f in fields)
 
 
-def logical_columns(shape: TableShape) -> list[Column]:
-    """The data columns of a scan of a table of ``shape`` read with :func:`read_schema`,
-    named and typed as the table's columns: under column mapping the files' physical names
-    (nested ones too) become the table's names."""
+def logical_columns(shape: TableShape, columns: Sequence[str] | None = None) -> list[Column]:
+    """The data columns (or those of ``columns``, in that order) of a scan of a table of
+    ``shape`` read with :func:`read_schema`, named and typed as the table's columns: under
+    column mapping the files' physical names (nested ones too) become the table's names."""
     from pyspark.sql import functions as F
 
-    partitions = set(shape.partition_by)
-    data = [f for f in shape.schema.fields if f.name not in partitions]
+    if columns is None:
+        partitions = set(shape.partition_by)
+        data = [f for f in shape.schema.fields if f.name not in partitions]
+    else:
+        fields = {f.name: f for f in shape.schema.fields}
+        data = [fields[c] for c in columns]
     if not shape.column_mapping:
         return [F.col(quote(f.name)) for f in data]
     return [

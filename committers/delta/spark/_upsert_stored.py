@@ -7,22 +7,21 @@ helpers both use."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from committers.delta.read._source import spell_partition_value
 from committers.delta.spark._arrow_rewrite import (
-    GroupToRewrite,
     Rewritten,
+    file_group,
     rewrite_groups,
     rewrite_vectors,
 )
 from committers.delta.spark._change_data import stage_changes
 from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
-from committers.delta.spark._scan import scan_root_path
+from committers.delta.spark._scan import logical_columns, scan_root_path
 from committers.delta.spark._spark_staging import spark_uri
 from committers.delta.spark._upsert_plan import UpsertPlan
 from committers.delta.spark._upsert_touched import KeysToDrop
@@ -200,7 +199,6 @@ class StoredRows:
         Raises:
             DeletionVectorError: a file's deletion vector is missing or damaged.
         """
-        from pyspark.sql import functions as F
 
         root = spark_uri(self._location.uri.rstrip("/"))
         root_path = scan_root_path(session, root)
@@ -214,14 +212,7 @@ class StoredRows:
         scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
         metadata = scan.metadataColumn("_metadata")
         scan = scan.select(
-            *[
-                F.col(quote(shape.stored_name(c)))
-                .cast(spark_type(fields[c].type, physical=False))
-                .alias(c)
-                if mapped
-                else F.col(quote(c))
-                for c in columns
-            ],
+            *logical_columns(shape, columns),
             decoded_path(metadata.getField("file_path")).alias(_FILE),
             metadata.getField("row_index").alias(_ROW_INDEX),
         )
@@ -410,20 +401,18 @@ class StoredRows:
     ) -> Rewritten:
         """The touched files' rows whose key the batch does not name, rewritten by Python
         tasks (pyarrow) into ``directory``, a file for each touched file keeping a row."""
-        partition_by = list(self._plan.shape.partition_by)
+        shape = self._plan.shape
         typed = self._typed_partitions(touched, actions)
         groups = [
-            GroupToRewrite(
-                index=i,
-                files=((f.path, f.size),),
+            replace(
+                file_group(
+                    i,
+                    f.path,
+                    f.size,
+                    {c: typed[j][i] for j, c in enumerate(shape.partition_by)},
+                    shape,
+                ),
                 vectors=rewrite_vectors([f]),
-                partition_values=tuple(
-                    (self._plan.shape.stored_name(c), serialize_partition_value(typed[j][i]))
-                    for j, c in enumerate(partition_by)
-                ),
-                read_values=tuple(
-                    (c, spell_partition_value(typed[j][i])) for j, c in enumerate(partition_by)
-                ),
             )
             for i, f in enumerate(touched)
         ]
