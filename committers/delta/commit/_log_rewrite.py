@@ -27,7 +27,8 @@ from deltalake.transaction import AddAction, RemoveAction
 from committers.delta.commit._log_append import commit_lines
 from committers.delta.commit._log_maintenance import checkpoint_interval
 from committers.delta.commit._log_store import LogStore, json_line
-from committers.delta.commit._row_tracking import assigns_row_ids, row_ids
+from committers.delta.commit._row_tracking import row_ids
+from committers.delta.read._row_lineage import assigns_row_ids
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._deletion_vectors import DeletionVectorDescriptor
 from committers.delta.table._protocol import (
@@ -149,8 +150,8 @@ def put_log_commit(
 
     Raises:
         UnsupportedTableFeatureError: the table's storage is neither local nor S3, the only
-            stores the log writer commits to, or the commit removes files from a table that
-            tracks row ids; nothing was written.
+            stores the log writer commits to, or row ids cannot be assigned (see
+            :func:`~._row_tracking.row_ids`); nothing was written.
         CommitFailedError: another writer took that version; nothing was written.
         OSError: the outcome of the write is unknown (the caller reconciles).
     """
@@ -166,10 +167,10 @@ def put_log_commit(
     store = LogStore(location)
     version = table.version() + 1
     configuration = table.metadata().configuration
-    tracked = row_ids(store, version, adds, len(removes)) if assigns_row_ids(table) else None
+    tracked = row_ids(location, version, adds, removes) if assigns_row_ids(table) else None
     data = commit_lines(
         adds if tracked is None else tracked.adds,
-        removes=removes,
+        removes=removes if tracked is None else tracked.removes,
         in_commit_timestamp=(
             next_in_commit_timestamp(store, version, now_ms)
             if uses_in_commit_timestamps(configuration)

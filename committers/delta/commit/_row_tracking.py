@@ -3,12 +3,13 @@ with row tracking (PROTOCOL.md, "Row Tracking"): each ``add`` gets a ``baseRowId
 table's high-water mark and a ``defaultRowCommitVersion`` equal to the commit's version, and
 the same commit carries the ``delta.rowTracking`` domain with the new mark.
 
-Appends add new rows: their stable id is their fresh id. The one rewrite written this way is
-compaction, whose files (``dataChange=false``) carry each copied row's id and commit version
-in the materialized columns (:mod:`committers.delta.read._row_lineage`), which override the
-fresh ones. Other rewrites (an overwrite, an upsert) would copy rows without their ids: they
-are refused before staging (``table/_protocol.check_appends_only``), and here. Either way the
-commitInfo says ``delta.rowTracking.preserved``.
+Appends add new rows: their stable id is their fresh id. Rewrites that copy rows (compaction,
+the kept rows of an overwrite's ``replace_where``) write each copied row's id and commit
+version into the materialized columns (:mod:`committers.delta.read._row_lineage`), which
+override the fresh ones; a file added back with a new deletion vector keeps its ids; removes
+carry their file's. Upserts would copy and update rows without their ids: they are refused
+before staging (``table/_protocol.check_appends_only``). Either way the commitInfo says
+``delta.rowTracking.preserved``.
 
 The mark is read from the log (its checkpoint's and later commits' ``domainMetadata``) at the
 version the commit lands on top of; a commit landing first changes it, and the put-if-absent
@@ -21,26 +22,19 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
-from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from committers.delta.commit._log_append import LogView, LogViewUnavailable
 from committers.delta.commit._log_store import LogStore
+from committers.delta.storage._storage import TableLocation
+from committers.delta.table._live_vectors import live_adds
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 
-__all__ = ["ROW_TRACKING_DOMAIN", "RowIds", "assigns_row_ids", "row_ids"]
+__all__ = ["ROW_TRACKING_DOMAIN", "RowIds", "row_ids"]
 
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
-_SUSPENDED = "delta.rowTrackingSuspended"
-
-
-def assigns_row_ids(table: DeltaTable) -> bool:
-    """Whether commits to ``table`` must assign row ids: the feature is supported and not
-    suspended."""
-    features = table.protocol().writer_features or ()
-    suspended = str(table.metadata().configuration.get(_SUSPENDED, "false")).lower() == "true"
-    return "rowTracking" in features and not suspended
 
 
 @dataclass(frozen=True)
@@ -48,28 +42,31 @@ class RowIds:
     """What row tracking adds to a commit."""
 
     adds: list[dict[str, Any]]
+    removes: list[dict[str, Any]]
     domain: dict[str, Any] | None  # the new high-water mark (None: no row added)
     tags: dict[str, str]
 
 
 def row_ids(
-    store: LogStore, version: int, adds: Sequence[Mapping[str, Any]], removes: int
+    location: TableLocation,
+    version: int,
+    adds: Sequence[Mapping[str, Any]],
+    removes: Sequence[Mapping[str, Any]],
 ) -> RowIds:
-    """``adds`` with their row ids and commit version, for commit ``version``.
+    """``adds`` and ``removes`` with their row ids and commit versions, for commit
+    ``version``: a new file gets a ``baseRowId`` above the high-water mark and ``version`` as
+    its ``defaultRowCommitVersion``; a remove, and an add of a file the commit also removes (a
+    file added back with a new deletion vector: the same rows), carry the values of the file's
+    live add, as the protocol requires.
 
     Raises:
-        UnsupportedTableFeatureError: the commit removes files and adds data (it would copy
-            rows whose stable ids it does not preserve; a compaction's adds change no data),
-            or the log cannot be followed to the high-water mark (a checkpoint
-            ``_last_checkpoint`` names is missing, say); nothing was written.
+        UnsupportedTableFeatureError: the log cannot be followed to the high-water mark (a
+            checkpoint ``_last_checkpoint`` names is missing, say), or a new file has no
+            record count to number its rows by; nothing was written.
         CommitFailedError: the log moved past ``version - 1`` (a race: retried on a fresh
             snapshot).
     """
-    if removes and any(add.get("dataChange", True) for add in adds):
-        raise UnsupportedTableFeatureError(
-            f"cannot commit to {store.uri}: it tracks row ids, and this commit removes files "
-            "whose rows the sink cannot carry over with their ids. Nothing was written."
-        )
+    store = LogStore(location)
     try:
         view = LogView.load(store)
     except LogViewUnavailable as err:
@@ -80,9 +77,16 @@ def row_ids(
         ) from err
     if view.version != version - 1:
         raise CommitFailedError(f"version {version} of {store.uri} was written first")
+    live = live_adds(location, version - 1) if removes else {}
+    ids = {path: _ids_of(add) for path, add in live.items()}
+    removed = {unquote(str(r["path"])) for r in removes}
     mark = first_mark = high_water_mark(view.domains.get(ROW_TRACKING_DOMAIN))
     numbered = []
     for add in adds:
+        kept = ids.get(add["path"]) if add["path"] in removed else None
+        if kept:  # the same file (and rows) again: the same ids
+            numbered.append({**add, **kept})
+            continue
         records = json.loads(add.get("stats") or "{}").get("numRecords")
         if records is None:
             raise UnsupportedTableFeatureError(
@@ -99,7 +103,14 @@ def row_ids(
             "configuration": json.dumps(configuration, separators=(",", ":")),
             "removed": False,
         }
-    return RowIds(numbered, domain, {"delta.rowTracking.preserved": "true"})
+    with_ids = [{**r, **ids.get(unquote(str(r["path"])), {})} for r in removes]
+    return RowIds(numbered, with_ids, domain, {"delta.rowTracking.preserved": "true"})
+
+
+def _ids_of(add: Mapping[str, Any]) -> dict[str, int]:
+    """The ``baseRowId`` and ``defaultRowCommitVersion`` a live add logs (those it has)."""
+    fields = ("baseRowId", "defaultRowCommitVersion")
+    return {f: int(add[f]) for f in fields if add.get(f) is not None}
 
 
 def high_water_mark(domain: Mapping[str, Any] | None) -> int:

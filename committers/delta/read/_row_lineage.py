@@ -17,6 +17,7 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from committers.delta.read._source import DeltaFileReader
 from committers.delta.storage._storage import TableLocation
@@ -25,10 +26,19 @@ from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._snapshot import Snapshot
 from framework.source import FileSplit
 
-__all__ = ["RowLineage", "RowLineageReader", "row_lineage"]
+__all__ = ["RowLineage", "RowLineageReader", "assigns_row_ids", "row_lineage"]
 
 MATERIALIZED_ROW_ID = "delta.rowTracking.materializedRowIdColumnName"
 MATERIALIZED_ROW_COMMIT_VERSION = "delta.rowTracking.materializedRowCommitVersionColumnName"
+_SUSPENDED = "delta.rowTrackingSuspended"
+
+
+def assigns_row_ids(table: DeltaTable) -> bool:
+    """Whether commits to ``table`` must assign row ids: the feature is supported and not
+    suspended."""
+    features = table.protocol().writer_features or ()
+    suspended = str(table.metadata().configuration.get(_SUSPENDED, "false")).lower() == "true"
+    return "rowTracking" in features and not suspended
 
 
 @dataclass(frozen=True)

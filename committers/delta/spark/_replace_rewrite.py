@@ -15,7 +15,10 @@ snapshot V, once the new rows are staged and checked:
    ``staging="spark"``, Spark's reader counts each candidate's matching rows and Spark's writer
    writes the kept rows of those that have some. A candidate without a matching row is left as
    it is (its copy, if one was written, is never committed); one whose rows all match leaves
-   no file. The rows read from each candidate must be the rows the log records for it.
+   no file. On a table that tracks row ids the Python tasks rewrite (whatever the staging),
+   writing each kept row's id and commit version into the materialized columns
+   (:mod:`committers.delta.read._row_lineage`). The rows read from each candidate must be
+   the rows the log records for it.
    On a table that enables deletion vectors (``deletion_vectors="auto"``), no file is
    rewritten: the matching rows are marked in new vectors instead
    (:mod:`committers.delta.spark._replace_marks`) and the commit adds back each candidate
@@ -42,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from committers.delta.read._row_lineage import RowLineage, assigns_row_ids, row_lineage
 from committers.delta.spark._arrow_rewrite import (
     GroupOutcome,
     GroupRewriter,
@@ -126,6 +130,8 @@ class _Job:
     candidates: list[_Candidate]
     options: WriterOptions
     epoch: Epoch
+    #: What the kept rows carry over on a table that tracks row ids (None: it does not).
+    lineage: RowLineage | None = None
 
 
 @dataclass(frozen=True)
@@ -203,14 +209,18 @@ def replace_rows(
     # The kept rows have the table's columns now (a merge's new columns come later, as null).
     table_plan = plan_write(shape, shape.arrow_schema(), "strict", location.uri)
     rewrite_epoch = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-rewrite{attempt}")
-    job = _Job(location, table_plan, bound, candidates, options, rewrite_epoch)
+    lineage = None
+    if assigns_row_ids(table):  # the kept rows keep their ids: only the Python tasks write them
+        paths = [c.path for c in candidates]
+        lineage = row_lineage(location, dict(shape.configuration), read_version, paths)
+    job = _Job(location, table_plan, bound, candidates, options, rewrite_epoch, lineage)
     snapshot = Snapshot(location, read_version, shape, features, table.schema().to_json())
     staged: list[StagedFile] = []
     marked: tuple[MarkedFile, ...] = ()
     if merges_on_read(deletion_vectors, table) and can_mark(candidates):
         marks = mark_replaced_rows(session, snapshot, bound, candidates, rewrite_epoch)
         counts, marked = marks.counts, marks.marked
-    elif staging == "spark" and session is not None:
+    elif staging == "spark" and session is not None and lineage is None:
         staged, counts = _with_spark(session, job)
     else:
         staged, counts = _with_arrow(session, snapshot, job)
@@ -384,7 +394,7 @@ def _with_arrow(
     write_manifest(location, spark_manifest_path(job.epoch), [], directories=[directory])
     keep = _KeepUnmatched(job.where)
     rewriter = GroupRewriter(
-        snapshot, job.plan.layout, job.options, directory, "the overwrite", keep
+        snapshot, job.plan.layout, job.options, directory, "the overwrite", keep, job.lineage
     )
     groups = [
         dataclasses.replace(

@@ -3,9 +3,10 @@ sink appends gets a ``baseRowId`` above the table's high-water mark and its comm
 as ``defaultRowCommitVersion``, and the commit advances the ``delta.rowTracking`` domain;
 delta-spark's ``_metadata.row_id`` and ``_metadata.row_commit_version`` are the judge, before
 and after our writes, across a checkpoint and against a delta-spark commit racing ours.
-Compaction keeps every row's id and commit version (in the materialized columns), deletion
-vectors and delta-spark's materialized ids included; the operations that copy rows without
-them (overwrite, upsert, compaction by Spark) are refused by name."""
+Compaction and overwrites keep every copied row's id and commit version (in the materialized
+columns; a file added back with a new deletion vector keeps its base id), deletion vectors and
+delta-spark's materialized ids included, and every remove carries its file's ids; the
+operations that copy rows without them (upsert, compaction by Spark) are refused by name."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def test_appends_number_their_rows_above_the_high_water_mark(delta_spark, tmp_pa
     assert _tracked(spark, uri) == tracked  # read through that checkpoint: the same ids
 
 
-def test_operations_that_copy_rows_are_refused(delta_spark, tmp_path):
+def test_operations_that_copy_rows_without_their_ids_are_refused(delta_spark, tmp_path):
     spark = delta_spark
     uri = str(tmp_path / "t")
     _create(spark, uri, ROWS, "INSERT INTO {t} VALUES (1, 1)", clauses=ROW_TRACKING_ON)
@@ -117,7 +118,6 @@ def test_operations_that_copy_rows_are_refused(delta_spark, tmp_path):
     version = DeltaTable(uri).version()
     rows = spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING")
     attempts = {
-        "overwrite": lambda: TwoPhaseSink(DeltaSink(uri, mode="overwrite")).write(rows.drop("op")),
         "upsert": lambda: TwoPhaseSink(
             DeltaSink(uri, app_id="u", mode="upsert", keys=["id"], delete_when="op = 'D'")
         ).write(rows),
@@ -159,6 +159,7 @@ def test_compaction_keeps_every_rows_id_and_commit_version(delta_spark, tmp_path
     assert _tracked(spark, uri) == before
     (add,) = log_actions(uri, "add", first=version + 1)
     assert add["dataChange"] is False and add["baseRowId"] > max(r for r, _ in before.values())
+    _removes_carry_their_files_ids(uri, version + 1)
     configuration = DeltaTable(uri).metadata().configuration
     materialized = {
         configuration["delta.rowTracking.materializedRowIdColumnName"],
@@ -170,4 +171,82 @@ def test_compaction_keeps_every_rows_id_and_commit_version(delta_spark, tmp_path
     assert tracked[7][0] > add["baseRowId"] + 4  # above the compaction's fresh ids
     assert _read_by_spark_and_duckdb(spark, uri) == comparable(  # (deltalake: no vectors)
         [{"id": i, "v": 20 if i == 2 else i} for i in (1, 2, 4, 5, 6, 7)]
+    )
+
+
+def _removes_carry_their_files_ids(uri: str, version: int) -> None:
+    """Every remove of commit ``version`` logs the ids of the add it removes."""
+    adds = {a["path"]: a for a in log_actions(uri, "add")}
+    removes = log_actions(uri, "remove", first=version)
+    assert removes
+    for remove in removes:
+        add = adds[remove["path"]]
+        assert remove["baseRowId"] == add["baseRowId"], remove
+        assert remove["defaultRowCommitVersion"] == add["defaultRowCommitVersion"], remove
+
+
+@pytest.mark.parametrize(
+    ("staging", "vectors"),
+    [("arrow", "off"), ("spark", "off"), ("auto", "auto")],
+    ids=["python-rewrite", "spark-staging", "deletion-vectors"],
+)
+def test_overwrites_keep_the_ids_of_the_rows_they_keep(delta_spark, tmp_path, staging, vectors):
+    """``replace_where`` on a data column keeps the kept rows' ids and commit versions
+    (rewritten by Python tasks whatever the staging, or marked in a new deletion vector: the
+    file added back keeps its base id); replaced partitions and whole-table overwrites add
+    fresh ids only; removes log their files' ids; delta-spark numbers its next rows above."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        ROWS + ", p INT",
+        "INSERT INTO {t} VALUES (1, 1, 1), (2, 2, 1), (3, 3, 2), (4, 4, 2)",
+        "INSERT INTO {t} VALUES (5, 5, 1), (6, 6, 2)",
+        "UPDATE {t} SET v = 20 WHERE id = 2",  # (materializes the id of row 2)
+        clauses="PARTITIONED BY (p) TBLPROPERTIES ('delta.enableRowTracking' = 'true', "
+        "'delta.enableDeletionVectors' = 'true')",
+    )
+    before = _tracked(spark, uri)
+
+    def overwrite(rows, replace_where=None):  # type: ignore[no-untyped-def]
+        sink = DeltaSink(
+            uri,
+            mode="overwrite",
+            replace_where=replace_where,
+            staging=staging,
+            deletion_vectors=vectors,
+        )
+        TwoPhaseSink(sink).write(spark.createDataFrame(rows, ROWS + ", p INT"))
+        return DeltaTable(uri).version()
+
+    replaced = overwrite([(7, 7, 1), (8, 8, 2)], "v >= 4 AND v < 10")  # rows 4, 5 and 6
+    tracked = _tracked(spark, uri)
+    assert set(tracked) == {1, 2, 3, 7, 8}
+    assert {i: tracked[i] for i in (1, 2, 3)} == {i: before[i] for i in (1, 2, 3)}
+    mark = max(r for r, _ in before.values())
+    assert all(tracked[i][0] > mark and tracked[i][1] == replaced for i in (7, 8))
+    if vectors == "auto":  # rows were marked, no row copied
+        assert any(a.get("deletionVector") for a in log_actions(uri, "add", first=replaced))
+    else:
+        assert not any(a.get("deletionVector") for a in log_actions(uri, "add", first=replaced))
+    _removes_carry_their_files_ids(uri, replaced)
+
+    whole_partition = overwrite([(9, 9, 1)], "p = 1")
+    tracked_after_partition = _tracked(spark, uri)
+    assert set(tracked_after_partition) == {3, 8, 9}
+    assert tracked_after_partition[3] == before[3] and tracked_after_partition[8] == tracked[8]
+    assert tracked_after_partition[9][1] == whole_partition
+    assert tracked_after_partition[9][0] > max(r for r, _ in tracked.values())
+    _removes_carry_their_files_ids(uri, whole_partition)
+
+    everything = overwrite([(10, 10, 3), (11, 11, 3)])
+    latest = _tracked(spark, uri)
+    assert set(latest) == {10, 11} and all(v == everything for _, v in latest.values())
+    assert min(r for r, _ in latest.values()) > max(r for r, _ in tracked_after_partition.values())
+    _removes_carry_their_files_ids(uri, everything)
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (12, 12, 3)")
+    assert _tracked(spark, uri)[12][0] > max(r for r, _ in latest.values())
+    assert _read_by_spark_and_duckdb(spark, uri) == comparable(
+        [{"id": i, "v": i, "p": 3} for i in (10, 11, 12)]
     )
