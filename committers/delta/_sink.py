@@ -44,7 +44,7 @@ from committers.delta.storage._storage import (
 )
 from committers.delta.table._delta_schema import walk
 from committers.delta.table._identity import with_generated_values
-from committers.delta.table._protocol import KEEPS_ROW_IDS, check_appends_only, check_replaceable
+from committers.delta.table._protocol import check_appends_only, check_replaceable
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
 from committers.delta.table._rules import TableShape, WritePlan, plan_write
 from committers.delta.table._schema import (
@@ -379,7 +379,7 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
                     f"{option} out)."
                 )
         if table is not None and self.mode == "overwrite":
-            check_appends_only(shape.features, self.location.uri, "mode='overwrite'", KEEPS_ROW_IDS)
+            check_appends_only(shape.features, self.location.uri, "mode='overwrite'")
         self._creates_clustered = planned_clustering(
             self.location, table is not None, schema, self.cluster_by, self.table_configuration
         )

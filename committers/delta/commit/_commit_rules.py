@@ -16,7 +16,7 @@ from deltalake import CommitProperties, DeltaTable, Field, Transaction
 
 from committers.delta.commit._log_store import LogStore
 from committers.delta.storage._storage import TableLocation
-from committers.delta.table._protocol import KEEPS_ROW_IDS, check_appends_only, check_replaceable
+from committers.delta.table._protocol import check_appends_only, check_replaceable
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
 from committers.delta.table._rules import TableShape, WritePlan, plan_write
 from committers.delta.table._schema import OptionSpelling, SchemaMode, merge_schemas
@@ -125,9 +125,7 @@ class CommitRules:
         """
         self._check_replaceable(dict(shape.configuration), epoch)
         if self._replaces_all(epoch):
-            check_appends_only(
-                shape.features, self._location.uri, "output_mode='complete'", KEEPS_ROW_IDS
-            )
+            check_appends_only(shape.features, self._location.uri, "output_mode='complete'")
         current = plan_write(
             shape, self._input_schema, self._schema_mode, self._location.uri, self._spelling
         )

@@ -70,7 +70,7 @@ from committers.delta.commit._sequence import (
     files_gone,
     write_transaction,
 )
-from committers.delta.read._row_lineage import assigns_row_ids, row_lineage
+from committers.delta.read._row_lineage import keeps_row_ids, row_lineage
 from committers.delta.spark._spark_staging import (
     run_directory,
     spark_manifest_path,
@@ -79,7 +79,7 @@ from committers.delta.storage._s3safety import verify_conditional_put
 from committers.delta.storage._staging import remove_empty_staging_dirs
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._live_vectors import table_deletion_vectors, vectors_changed
-from committers.delta.table._protocol import KEEPS_ROW_IDS, check_appends_only
+from committers.delta.table._protocol import check_appends_only
 from committers.delta.table._rules import FileLayout, TableShape, plan_write
 from committers.delta.table._snapshot import Snapshot, reader_features
 from committers.delta.table._table import COMMIT_RUN_ID, open_table
@@ -233,7 +233,7 @@ def compact_table(
     shape = TableShape.of_table(table)
     layout = _check_compactable(shape, table, location.uri)
     cluster_by = _clustering(table, location, shape)
-    tracks_rows = assigns_row_ids(table)
+    tracks_rows = keeps_row_ids(table)
     if tracks_rows and staging == "spark":
         raise ConfigurationError(
             f"compaction with staging='spark' cannot rewrite {location.uri}: it tracks row "
@@ -360,7 +360,7 @@ def _check_compactable(shape: TableShape, table: DeltaTable, uri: str) -> FileLa
     """
     # The sink's own refusal first (identity columns, unknown features, ...); compaction
     # carries row ids over (read/_row_lineage.py).
-    check_appends_only(shape.features, uri, "compaction", KEEPS_ROW_IDS)
+    check_appends_only(shape.features, uri, "compaction")
     return plan_write(shape, shape.arrow_schema(), "strict", uri).layout
 
 

@@ -26,11 +26,12 @@ from committers.delta.table._protocol import UnsupportedTableFeatureError
 from committers.delta.table._snapshot import Snapshot
 from framework.source import FileSplit
 
-__all__ = ["RowLineage", "RowLineageReader", "assigns_row_ids", "row_lineage"]
+__all__ = ["RowLineage", "RowLineageReader", "assigns_row_ids", "keeps_row_ids", "row_lineage"]
 
 MATERIALIZED_ROW_ID = "delta.rowTracking.materializedRowIdColumnName"
 MATERIALIZED_ROW_COMMIT_VERSION = "delta.rowTracking.materializedRowCommitVersionColumnName"
 _SUSPENDED = "delta.rowTrackingSuspended"
+ROW_TRACKING_ENABLED = "delta.enableRowTracking"
 
 
 def assigns_row_ids(table: DeltaTable) -> bool:
@@ -39,6 +40,14 @@ def assigns_row_ids(table: DeltaTable) -> bool:
     features = table.protocol().writer_features or ()
     suspended = str(table.metadata().configuration.get(_SUSPENDED, "false")).lower() == "true"
     return "rowTracking" in features and not suspended
+
+
+def keeps_row_ids(table: DeltaTable) -> bool:
+    """Whether rewrites of ``table`` must keep the stable ids and commit versions of the rows
+    they copy or update: row tracking is assigned and enabled (``delta.enableRowTracking``).
+    Supported but not enabled, writers cannot preserve them (PROTOCOL.md): fresh ids only."""
+    enabled = str(table.metadata().configuration.get(ROW_TRACKING_ENABLED, "false")).lower()
+    return assigns_row_ids(table) and enabled == "true"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from committers.delta.read._row_lineage import RowLineage, assigns_row_ids, row_lineage
+from committers.delta.read._row_lineage import RowLineage, keeps_row_ids, row_lineage
 from committers.delta.spark._arrow_rewrite import (
     GroupOutcome,
     GroupRewriter,
@@ -210,7 +210,7 @@ def replace_rows(
     table_plan = plan_write(shape, shape.arrow_schema(), "strict", location.uri)
     rewrite_epoch = dataclasses.replace(epoch, run_id=f"{epoch.run_id}-rewrite{attempt}")
     lineage = None
-    if assigns_row_ids(table):  # the kept rows keep their ids: only the Python tasks write them
+    if keeps_row_ids(table):  # the kept rows keep their ids: only the Python tasks write them
         paths = [c.path for c in candidates]
         lineage = row_lineage(location, dict(shape.configuration), read_version, paths)
     job = _Job(location, table_plan, bound, candidates, options, rewrite_epoch, lineage)

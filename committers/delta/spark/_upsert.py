@@ -73,6 +73,7 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from committers.delta.read._row_lineage import keeps_row_ids, row_lineage
 from committers.delta.spark._arrow_rewrite import alongside
 from committers.delta.spark._change_data import change_directory
 from committers.delta.spark._spark_staging import (
@@ -181,6 +182,7 @@ class UpsertStager(MatchedRows):
         self._snapshot = snapshot or (lambda: open_table(location))
         self._deletion_vectors = deletion_vectors
         self._vector_rows = {}
+        self._lineage = None
 
     def stage(self, df: DataFrame, epoch: Epoch) -> tuple[StagedRewrite, int]:
         """Stage ``epoch``'s batch ``df`` on the newest snapshot; the result can ``redo`` it
@@ -441,8 +443,14 @@ class UpsertStager(MatchedRows):
             self._location, self._plan.layout, self._options, self._bytes_per_row
         )
 
-        def new_rows() -> DataFrame:
-            return self._new_rows(session, latest, upserts, stale, touched, actions)
+        self._lineage = None
+        if touched and table is not None and keeps_row_ids(table):  # (see _new_rows)
+            configuration = table.metadata().configuration
+            paths = [f.path for f in touched]
+            self._lineage = row_lineage(self._location, configuration, table.version(), paths)
+
+        def new_rows(lineage: bool = True) -> DataFrame:
+            return self._new_rows(session, latest, upserts, stale, touched, actions, lineage)
 
         drop = self._keys_to_drop(keys) if touched and not marking else None
         # Change files only when rows are replaced: an insert-only batch's adds say it all.
@@ -508,7 +516,7 @@ class UpsertStager(MatchedRows):
             assert actions is not None
             changed = matched_rows + upserts  # each replaced row, each new row
             change_files = self._stage_changes(
-                session, touched, actions, batch_changes(), new_rows(), epoch, changed
+                session, touched, actions, batch_changes(), new_rows(False), epoch, changed
             )
             rewrite = dataclasses.replace(rewrite, change_files=change_files)
         return StagedRewrite(staged, rewrite=rewrite), rows
@@ -521,11 +529,14 @@ class UpsertStager(MatchedRows):
         stale: _Stale,
         touched: list[_LiveFile],
         actions: pa.Table | None,
+        lineage: bool = True,
     ) -> DataFrame:
         """The latest changes that are neither deletes nor stale (``upserts`` of them), with
         the stored values of the columns the input lacks (``partial_updates``), through the
         table's rules, in partitions of about ``target_file_size`` (judged by the table's
-        bytes per row)."""
+        bytes per row). On a table that tracks row ids (with ``lineage``), an update keeps
+        the id of the row it replaces in the materialized id column (an insert has none: its
+        file's base id numbers it), and its commit version is the commit's (NULL)."""
         from pyspark.sql import functions as F
 
         rows_per_file = (
@@ -539,12 +550,24 @@ class UpsertStager(MatchedRows):
             rows = rows.join(stale.keys, on=names, how="left_anti")
         if self._upsert.filled:
             rows = self._with_stored_values(session, rows, touched, actions)
-        columns = (*self._upsert.written, *self._upsert.filled)
+        columns = [quote(c) for c in (*self._upsert.written, *self._upsert.filled)]
+        plan = self._plan.input_plan
+        if lineage and self._lineage is not None:
+            names = [_key(i) for i in range(len(self._upsert.keys))]
+            ids = self._stored_row_ids(session, touched, actions)
+            version = self._lineage.version_column
+            rows = rows.join(ids, on=names, how="left").withColumn(
+                version, F.lit(None).cast("bigint")
+            )
+            passed = tuple(
+                PlannedColumn(name=f.name, expression=quote(f.name)) for f in self._lineage.fields
+            )
+            columns += [quote(f.name) for f in self._lineage.fields]
+            plan = dataclasses.replace(
+                plan, columns=(*plan.columns, *passed), output=(*plan.output, *passed)
+            )
         return apply_input_plan(
-            rows.select(*[F.col(quote(c)) for c in columns]).coalesce(
-                max(1, math.ceil(upserts / rows_per_file))
-            ),
-            self._plan.input_plan,
+            rows.select(*columns).coalesce(max(1, math.ceil(upserts / rows_per_file))), plan
         )
 
 

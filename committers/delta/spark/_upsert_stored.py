@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from committers.delta.read._row_lineage import RowLineage
 from committers.delta.spark._arrow_rewrite import (
     Rewritten,
     file_group,
@@ -55,6 +56,8 @@ _APPLIES = "__sparksink_applies__"
 _FILLED = "__sparksink_filled__"
 _STORED = "__sparksink_stored__"  # set where the key has a stored row
 _ROW_INDEX = "__sparksink_row_index__"
+_BASE_ROW_ID = "__sparksink_base_row_id__"
+_DEFAULT_VERSION = "__sparksink_default_row_commit_version__"
 
 
 def _key(index: int) -> str:
@@ -114,6 +117,8 @@ class StoredRows:
     _upsert: UpsertPlan
     _options: WriterOptions
     _vector_rows: dict[tuple[str, str], np.ndarray]  # (path, vector's unique id) -> deleted rows
+    #: The touched files' row ids and commit versions, on a table that tracks them (else None).
+    _lineage: RowLineage | None
 
     def _with_stored_values(
         self,
@@ -189,11 +194,13 @@ class StoredRows:
         files: list[_LiveFile],
         columns: list[str],
         row_index: bool = False,
+        lineage: bool = False,
     ) -> tuple[DataFrame, dict[str, _LiveFile]]:
         """The live rows of ``files`` (``columns`` of their data, typed and named as the
         table's: read by their physical names under column mapping; the rows their deletion
         vectors delete dropped) with the decoded path of their file in ``_FILE`` (and, with
-        ``row_index``, each row's index in its file in ``_ROW_INDEX``); and the files by that
+        ``row_index``, each row's index in its file in ``_ROW_INDEX``; with ``lineage``, each
+        row's id and commit version in the :attr:`_lineage` columns); and the files by that
         path.
 
         Raises:
@@ -209,19 +216,74 @@ class StoredRows:
             f"{quote(shape.stored_name(c))} {spark_type(fields[c].type, physical=mapped)}"
             for c in columns
         )
+        if lineage:
+            assert self._lineage is not None
+            ddl += "".join(f", {quote(f.name)} BIGINT" for f in self._lineage.fields)
         scan = parquet_files(session, [f"{root}/{f.path}" for f in files], schema=ddl)
         metadata = scan.metadataColumn("_metadata")
+        kept = [quote(f.name) for f in self._lineage.fields] if lineage and self._lineage else []
         scan = scan.select(
             *logical_columns(shape, columns),
+            *kept,
             decoded_path(metadata.getField("file_path")).alias(_FILE),
             metadata.getField("row_index").alias(_ROW_INDEX),
         )
         by_key = {f"{root_path}/{f.path}": f for f in files}
+        if lineage:
+            scan = self._with_row_lineage(session, scan, by_key)
         deleted = self._deleted_rows(files)
         vectors = {key: deleted[f.path] for key, f in by_key.items() if f.path in deleted}
         # Every file is mapped: a row of a file the map does not spell fails the query.
         scan = drop_deleted_rows(session, scan, _FILE, _ROW_INDEX, vectors, every_file=list(by_key))
         return (scan if row_index else scan.drop(_ROW_INDEX)), by_key
+
+    def _with_row_lineage(
+        self, session: SparkSession, scan: DataFrame, by_key: dict[str, _LiveFile]
+    ) -> DataFrame:
+        """``scan`` (its files' rows, with ``_FILE``, ``_ROW_INDEX`` and the materialized
+        columns as the files hold them) with each row's stable id and commit version in the
+        materialized columns: the materialized value where there is one, else its file's
+        ``baseRowId`` plus its physical position, and its file's ``defaultRowCommitVersion``
+        (PROTOCOL.md, "Row Tracking")."""
+        from pyspark.sql import functions as F
+
+        lineage = self._lineage
+        assert lineage is not None
+        files = {path: (base, default) for path, base, default in lineage.files}
+        ids = pa.table(
+            {
+                _FILE: list(by_key),
+                _BASE_ROW_ID: [files[f.path][0] for f in by_key.values()],
+                _DEFAULT_VERSION: [files[f.path][1] for f in by_key.values()],
+            }
+        )
+        row_id, version = lineage.id_column, lineage.version_column
+        return (
+            scan.join(F.broadcast(session.createDataFrame(ids)), on=_FILE)
+            .withColumn(
+                row_id,
+                F.coalesce(F.col(quote(row_id)), F.col(_BASE_ROW_ID) + F.col(_ROW_INDEX)),
+            )
+            .withColumn(version, F.coalesce(F.col(quote(version)), F.col(_DEFAULT_VERSION)))
+            .drop(_BASE_ROW_ID, _DEFAULT_VERSION)
+        )
+
+    def _stored_row_ids(
+        self, session: SparkSession, touched: list[_LiveFile], actions: pa.Table
+    ) -> DataFrame:
+        """The stable row id of each key the touched files hold (positional key names, the
+        id in the materialized id column): an update keeps its row's id. A key held twice (a
+        blind append racing an upsert) takes the id of its row of the highest sequence."""
+        from pyspark.sql import functions as F
+
+        lineage = self._lineage
+        assert lineage is not None
+        rows = self._stored_rows(session, touched, actions, lineage=True)
+        names = [_key(i) for i in range(len(self._upsert.table_keys))]
+        row_id = F.col(quote(lineage.id_column))
+        sequence = [_stored(i) for i in range(len(self._upsert.table_sequence))]
+        one = F.max_by(row_id, F.struct(*sequence)) if sequence else F.any_value(row_id)
+        return rows.groupBy(*names).agg(one.alias(lineage.id_column))
 
     def _deleted_rows(self, files: Sequence[_LiveFile]) -> dict[str, np.ndarray]:
         """Decoded path -> sorted row indexes its deletion vector deletes, of those of
@@ -274,7 +336,8 @@ class StoredRows:
         rows (partition values spelled, no checks: they are the table's)."""
         from pyspark.sql import functions as F
 
-        rows = self._stored_rows(session, touched, actions)
+        lineage = self._lineage is not None
+        rows = self._stored_rows(session, touched, actions, lineage=lineage)
         names = [_key(i) for i in range(len(self._upsert.table_keys))]
         sequence = self._upsert.table_sequence
         if sequence:
@@ -282,17 +345,22 @@ class StoredRows:
             kept = joined.where(F.col(_DELETE).isNull() | ~_applies(sequence))
         else:
             kept = rows.join(changes.select(*names), on=names, how="left_anti")
-        return self._shaped(kept)
+        return self._shaped(kept, *self._lineage_names())
 
     def _stored_rows(
-        self, session: SparkSession, touched: list[_LiveFile], actions: pa.Table
+        self,
+        session: SparkSession,
+        touched: list[_LiveFile],
+        actions: pa.Table,
+        lineage: bool = False,
     ) -> DataFrame:
         """The touched files' rows (the table's columns), with their keys in positional
-        names and their ``sequence_by`` values as ``_stored(i)``."""
+        names and their ``sequence_by`` values as ``_stored(i)`` (and with ``lineage``, their
+        ids and commit versions in the materialized columns, last)."""
         from pyspark.sql import functions as F
 
         shape = self._plan.shape
-        scan, by_key = self._scan(session, touched, self._data_columns())
+        scan, by_key = self._scan(session, touched, self._data_columns(), lineage=lineage)
         if shape.partition_by:
             scan = scan.join(self._partitions(session, by_key, actions), on=_FILE)
         names = [_key(i) for i in range(len(self._upsert.table_keys))]
@@ -300,7 +368,12 @@ class StoredRows:
             *[F.col(quote(f.name)) for f in shape.schema.fields],
             *[F.col(quote(k)).alias(names[i]) for i, k in enumerate(self._upsert.table_keys)],
             *[F.col(quote(c)).alias(_stored(i)) for i, c in enumerate(self._upsert.table_sequence)],
+            *[quote(c) for c in (self._lineage_names() if lineage else [])],
         )
+
+    def _lineage_names(self) -> list[str]:
+        """The materialized columns' names on a table that tracks row ids (else none)."""
+        return [] if self._lineage is None else [f.name for f in self._lineage.fields]
 
     def _shaped(self, rows: DataFrame, *extra: str) -> DataFrame:
         """The table's rows ``rows`` shaped as the table's rules shape written rows (partition
@@ -432,4 +505,5 @@ class StoredRows:
             directory,
             operation="the upsert",
             row_filter=drop,
+            lineage=self._lineage,
         )

@@ -22,7 +22,6 @@ __all__ = [
     "APPEND_ONLY",
     "DELTA_RS_REFUSES",
     "ENFORCED_FEATURES",
-    "KEEPS_ROW_IDS",
     "TableFeatures",
     "UnsupportedTableFeatureError",
     "check_appends_only",
@@ -165,38 +164,25 @@ def check_replaceable(configuration: Mapping[str, str], table_uri: str, operatio
     )
 
 
-#: ``allowed`` of :func:`check_appends_only` for an operation that keeps the ids of the rows it
-#: copies (an overwrite, complete mode, compaction).
-KEEPS_ROW_IDS = frozenset({"rowTracking"})
-
 #: Writer features of tables the sink writes by appending only, and why.
 _APPENDS_ONLY = {
     "identityColumns": "the table has identity columns (writer feature identityColumns), and "
     "the sink writes such tables by appending only (its appends generate the values and "
     "advance the high-water marks); delta-rs, which commits the sink's other operations, "
     "refuses the feature",
-    "rowTracking": "the table tracks row ids (writer feature rowTracking), and an upsert "
-    "does not carry the ids of the rows it copies or updates over (the sink's appends number "
-    "their rows; its overwrites and compaction keep the ids of the rows they copy)",
 }
 
 
-def check_appends_only(
-    features: TableFeatures,
-    table_uri: str,
-    operation: str,
-    allowed: frozenset[str] = frozenset(),
-) -> None:
+def check_appends_only(features: TableFeatures, table_uri: str, operation: str) -> None:
     """Refuse an ``operation`` other than an append (an overwrite, complete mode, an upsert, a
-    compaction) on a table the sink writes by appending only (identity columns, row
-    tracking), before anything is staged; the features in ``allowed`` are the operation's to
-    honour (overwrites and compaction carry row ids over).
+    compaction) on a table the sink writes by appending only (identity columns), before
+    anything is staged.
 
     Raises:
         UnsupportedTableFeatureError: the table enables such a feature.
     """
     for feature, why in _APPENDS_ONLY.items():
-        if feature in features and feature not in allowed:
+        if feature in features:
             raise UnsupportedTableFeatureError(
                 f"{operation} cannot write {table_uri}: {why}. Nothing was written. Append to "
                 "it (mode='append'), or run this operation with delta-spark (MERGE, INSERT "

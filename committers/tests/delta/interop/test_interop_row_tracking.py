@@ -5,8 +5,10 @@ delta-spark's ``_metadata.row_id`` and ``_metadata.row_commit_version`` are the 
 and after our writes, across a checkpoint and against a delta-spark commit racing ours.
 Compaction and overwrites keep every copied row's id and commit version (in the materialized
 columns; a file added back with a new deletion vector keeps its base id), deletion vectors and
-delta-spark's materialized ids included, and every remove carries its file's ids; the
-operations that copy rows without them (upsert, compaction by Spark) are refused by name."""
+delta-spark's materialized ids included, and every remove carries its file's ids. Upserts keep
+the ids of the rows they copy and of the rows they update (whose commit version becomes the
+upsert's), as delta-spark's MERGE does. Compaction by Spark, which would copy rows without
+their ids, is refused by name."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from committers.delta import DeltaSink, UnsupportedTableFeatureError
+from committers.delta import DeltaSink
 from committers.tests._delta_helpers import log_actions
-from committers.tests._delta_spark import assert_all_read, comparable
+from committers.tests._delta_spark import assert_all_read, comparable, live_files
 from committers.tests._log_races import race_before_write
 from committers.tests.delta.interop.test_interop_delta_spark_write import (
     _create,
@@ -110,23 +112,15 @@ def test_appends_number_their_rows_above_the_high_water_mark(delta_spark, tmp_pa
     assert _tracked(spark, uri) == tracked  # read through that checkpoint: the same ids
 
 
-def test_operations_that_copy_rows_without_their_ids_are_refused(delta_spark, tmp_path):
+def test_compaction_by_spark_is_refused(delta_spark, tmp_path):
     spark = delta_spark
     uri = str(tmp_path / "t")
     _create(spark, uri, ROWS, "INSERT INTO {t} VALUES (1, 1)", clauses=ROW_TRACKING_ON)
     TwoPhaseSink(DeltaSink(uri, app_id="a")).write(spark.createDataFrame([(2, 2)], ROWS))
     version = DeltaTable(uri).version()
-    rows = spark.createDataFrame([(1, 10, "U")], ROWS + ", op STRING")
-    attempts = {
-        "upsert": lambda: TwoPhaseSink(
-            DeltaSink(uri, app_id="u", mode="upsert", keys=["id"], delete_when="op = 'D'")
-        ).write(rows),
-        "compaction by Spark": lambda: DeltaSink(uri, staging="spark").compact(spark),
-    }
-    for operation, attempt in attempts.items():
-        with pytest.raises((UnsupportedTableFeatureError, ConfigurationError), match="row ids"):
-            attempt()
-        assert DeltaTable(uri).version() == version, operation
+    with pytest.raises(ConfigurationError, match="row ids"):
+        DeltaSink(uri, staging="spark").compact(spark)
+    assert DeltaTable(uri).version() == version
     assert assert_all_read(spark, uri) == comparable([{"id": 1, "v": 1}, {"id": 2, "v": 2}])
 
 
@@ -249,4 +243,113 @@ def test_overwrites_keep_the_ids_of_the_rows_they_keep(delta_spark, tmp_path, st
     assert _tracked(spark, uri)[12][0] > max(r for r, _ in latest.values())
     assert _read_by_spark_and_duckdb(spark, uri) == comparable(
         [{"id": i, "v": i, "p": 3} for i in (10, 11, 12)]
+    )
+
+
+@pytest.mark.parametrize(
+    ("staging", "vectors"),
+    [("auto", "off"), ("spark", "off"), ("auto", "auto")],
+    ids=["python-rewrite", "spark-rewrite", "deletion-vectors"],
+)
+def test_upserts_keep_the_ids_of_the_rows_they_copy_and_update(
+    delta_spark, tmp_path, staging, vectors
+):
+    """An upsert's updated rows keep their ids with the upsert's commit version; the rows it
+    copies keep both (rewritten by Python tasks or by Spark, or left in place under a new
+    deletion vector); deleted rows go, inserted rows get fresh ids; a replay changes nothing;
+    delta-spark numbers its next rows above."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        ROWS,
+        "INSERT INTO {t} VALUES (1, 1), (2, 2), (3, 3)",
+        "INSERT INTO {t} VALUES (4, 4), (5, 5), (6, 6)",
+        "UPDATE {t} SET v = 20 WHERE id = 2",  # (materializes the id of row 2)
+        clauses="TBLPROPERTIES ('delta.enableRowTracking' = 'true', "
+        "'delta.enableDeletionVectors' = 'true', 'delta.enableChangeDataFeed' = 'true')",
+    )
+    before = _tracked(spark, uri)
+    changes = spark.createDataFrame(
+        [(2, 200, "U"), (4, 400, "U"), (5, 0, "D"), (7, 7, "I")], ROWS + ", op STRING"
+    )
+    sink = DeltaSink(
+        uri,
+        app_id="u",
+        mode="upsert",
+        keys=["id"],
+        delete_when="op = 'D'",
+        staging=staging,
+        deletion_vectors=vectors,
+    )
+    TwoPhaseSink(sink).write(changes, epoch_id=0)
+    upserted = DeltaTable(uri).version()
+    TwoPhaseSink(sink).write(changes, epoch_id=0)  # a replay: already committed
+    assert DeltaTable(uri).version() == upserted
+
+    tracked = _tracked(spark, uri)
+    assert set(tracked) == {1, 2, 3, 4, 6, 7}
+    assert {i: tracked[i] for i in (1, 3, 6)} == {i: before[i] for i in (1, 3, 6)}
+    assert tracked[2] == (before[2][0], upserted) and tracked[4] == (before[4][0], upserted)
+    assert tracked[7][0] > max(r for r, _ in before.values()) and tracked[7][1] == upserted
+    _removes_carry_their_files_ids(uri, upserted)
+    feed = spark.read.format("delta").option("readChangeFeed", "true")
+    feed = feed.option("startingVersion", upserted).load(uri)
+    assert sorted(feed.select("id", "v", "_change_type").collect()) == sorted(
+        [
+            (2, 20, "update_preimage"),
+            (2, 200, "update_postimage"),
+            (4, 4, "update_preimage"),
+            (4, 400, "update_postimage"),
+            (5, 5, "delete"),
+            (7, 7, "insert"),
+        ]
+    )
+    marked = any(a.get("deletionVector") for a in log_actions(uri, "add", first=upserted))
+    assert marked == (vectors == "auto")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (8, 8)")
+    assert _tracked(spark, uri)[8][0] > max(r for r, _ in tracked.values())
+    assert _read_by_spark_and_duckdb(spark, uri) == comparable(
+        [{"id": i, "v": {2: 200, 4: 400}.get(i, i)} for i in (1, 2, 3, 4, 6, 7, 8)]
+    )
+
+
+def test_rows_of_a_table_that_supports_but_does_not_enable_row_tracking_get_fresh_ids(
+    delta_spark, tmp_path
+):
+    """Row tracking supported (``delta.feature.rowTracking``) but not enabled: files added
+    before hold no ``baseRowId`` and no ids can be kept (PROTOCOL.md), so an upsert and a
+    compaction rewrite them with fresh ids only, every add numbered above the mark."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        ROWS,
+        "INSERT INTO {t} VALUES (1, 1), (2, 2), (3, 3)",
+        "ALTER TABLE {t} SET TBLPROPERTIES ('delta.feature.rowTracking' = 'supported')",
+    )
+    assert all(a.get("baseRowId") is None for a in log_actions(uri, "add"))
+    changes = spark.createDataFrame([(2, 20, "U"), (4, 4, "I")], ROWS + ", op STRING")
+    TwoPhaseSink(
+        DeltaSink(
+            uri,
+            app_id="u",
+            mode="upsert",
+            keys=["id"],
+            delete_when="op = 'D'",
+            deletion_vectors="off",
+        )
+    ).write(changes, epoch_id=0)
+    upserted = DeltaTable(uri).version()
+    TwoPhaseSink(DeltaSink(uri, app_id="a")).write(spark.createDataFrame([(5, 5)], ROWS))
+    assert DeltaSink(uri).compact(spark).version is not None
+    live = live_files(uri)
+    adds = {a["path"]: a for a in log_actions(uri, "add", first=upserted)}
+    assert live and live <= set(adds)  # every live file was added since, by the sink
+    assert all(adds[path]["baseRowId"] is not None for path in live)
+    assert _high_water_mark(uri) >= max(adds[path]["baseRowId"] for path in live)
+    assert assert_all_read(spark, uri) == comparable(
+        [{"id": i, "v": 20 if i == 2 else i} for i in (1, 2, 3, 4, 5)]
     )
