@@ -152,12 +152,13 @@ def interfering(monkeypatch, interfere) -> list[int]:
 
 def commit_refused_reader_feature(table_uri: str, version: int) -> None:
     """Commit ``version`` of a local table as a protocol change to reader feature
-    ``typeWidening``, which the readers refuse (written by hand: delta-rs cannot add it)."""
+    ``variantShredding-preview``, which the readers refuse (written by hand: delta-rs cannot
+    add it)."""
     protocol = {
         "minReaderVersion": 3,
         "minWriterVersion": 7,
-        "readerFeatures": ["typeWidening"],
-        "writerFeatures": ["typeWidening"],
+        "readerFeatures": ["variantShredding-preview"],
+        "writerFeatures": ["variantShredding-preview"],
     }
     path = Path(table_uri, "_delta_log", f"{version:020d}.json")
     path.write_text(json.dumps({"protocol": protocol}) + "\n")

@@ -48,7 +48,14 @@ _LEGACY_WRITER_FEATURES = {
 #: required"), which the sink honours: its own log writer commits to such tables, and
 #: metadata changes made through delta-rs (columns added by schema_mode="merge") are refused.
 DELTA_RS_REFUSES = frozenset(
-    {"allowColumnDefaults", "inCommitTimestamp", "clustering", "domainMetadata", "rowTracking"}
+    {
+        "allowColumnDefaults",
+        "inCommitTimestamp",
+        "clustering",
+        "domainMetadata",
+        "rowTracking",
+        "typeWidening",
+    }
 )
 
 # Features the sink honours when it appends. How each is honoured:
@@ -72,8 +79,11 @@ ENFORCED_FEATURES = {
     "after the previous commit's; time travel by timestamp resolves versions by them",
     "v2Checkpoint": "checkpoints are written by delta-rs in the table's format",
     "rowTracking": "appends give every file a baseRowId above the table's high-water mark "
-    "and a defaultRowCommitVersion, and advance the mark in the same commit; operations "
-    "that copy rows are refused",
+    "and a defaultRowCommitVersion, and advance the mark in the same commit; rewrites keep "
+    "the ids and commit versions of the rows they copy (updates keep their ids)",
+    "typeWidening": "appends and rewrites write the current (widened) types, rewrites read "
+    "older files' narrower types as the current ones, and the schema's delta.typeChanges "
+    "are kept",
     "domainMetadata": "the table's domains are kept as they are (the sink's commits carry "
     "none; delta-rs's checkpoints keep them)",
     "clustering": "every file's stats cover every column, the clustering columns included; "
@@ -87,7 +97,6 @@ ENFORCED_FEATURES = {
 
 # Why the others are refused (delta-rs cannot commit to these tables either).
 _REFUSED_FEATURES = {
-    "typeWidening": "type changes are not tracked by this sink's writer",
     "icebergCompatV1": "Iceberg compatibility metadata is not written by this sink",
     "icebergCompatV2": "Iceberg compatibility metadata is not written by this sink",
     "vacuumProtocolCheck": "delta-rs does not support it for writes",

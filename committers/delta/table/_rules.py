@@ -54,6 +54,7 @@ from committers.delta.table._schema import (
     nullable_nested,
     spelled_differently,
 )
+from committers.delta.table._type_widening import check_type_changes
 from framework.errors import SchemaMismatchError, UnsupportedTypeError
 from framework.sink import InputPlan, PlannedColumn, RowCheck
 
@@ -237,6 +238,7 @@ def plan_write(
         UnsupportedTypeError: a column has a type the sink cannot write.
     """
     shape.features.check_writable(table_uri)
+    check_type_changes(table_uri, shape.schema)
     try:
         table_schema = shape.arrow_schema()
     except ValueError as err:  # a Delta type the sink has no spelling for (variant, ...)

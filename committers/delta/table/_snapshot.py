@@ -31,6 +31,7 @@ from committers.delta.table._protocol import (
 )
 from committers.delta.table._rules import TableShape
 from committers.delta.table._table import file_mtime, plain_error_text
+from committers.delta.table._type_widening import check_type_changes
 from framework.errors import (
     ConfigurationError,
     DestinationError,
@@ -61,6 +62,10 @@ READABLE_FEATURES = {
     "columnMapping": "the files' physical column names (or field ids) are mapped to the table's",
     "deletionVectors": "the rows a file's deletion vector marks are dropped (checksum checked)",
     "timestampNtz": "read as TIMESTAMP_NTZ",
+    "typeWidening": "files written before a column's type was widened are read as the wider "
+    "type (each recorded change checked against the protocol's widenings)",
+    "typeWidening-preview": "files written before a column's type was widened are read as the "
+    "wider type (each recorded change checked against the protocol's widenings)",
     "v2Checkpoint": "the log, checkpoints included, is read by delta-rs",
     "vacuumProtocolCheck": "it only restricts VACUUM",
     # delta-rs lists it on every table it upgrades to reader version 3; a variant column itself
@@ -71,10 +76,8 @@ READABLE_FEATURES = {
 
 # Why the others are refused.
 _REFUSED_READER_FEATURES = {
-    "typeWidening": "files written before a column's type was widened hold the narrower type, "
-    "which this reader does not reconcile",
-    "typeWidening-preview": "files written before a column's type was widened hold the "
-    "narrower type, which this reader does not reconcile",
+    "variantShredding-preview": "variant columns may be stored shredded, which this reader "
+    "does not reassemble",
     "catalogManaged": "the table's commits are owned by a catalog this reader does not ask",
     "catalogOwned-preview": "the table's commits are owned by a catalog this reader does not ask",
 }
@@ -476,6 +479,7 @@ def open_snapshot(location: TableLocation, spec: SnapshotSpec) -> tuple[DeltaTab
 
 
 def _check_types(uri: str, shape: TableShape) -> None:
+    check_type_changes(uri, shape.schema)
     for field in shape.schema.fields:
         try:
             arrow_type(field.type, physical=False)

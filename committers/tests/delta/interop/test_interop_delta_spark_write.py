@@ -508,11 +508,11 @@ def test_v2_checkpoints(delta_spark, tmp_path):
 
 # Features the sink refuses: the table delta-spark makes, and the feature the error must name.
 REFUSED = {
-    "type widening": (
+    "vacuum protocol check": (
         "id BIGINT, v INT",
-        ("ALTER TABLE {t} ALTER COLUMN v TYPE BIGINT",),
-        "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
-        "typeWidening",
+        (),
+        "TBLPROPERTIES ('delta.feature.vacuumProtocolCheck' = 'supported')",
+        "vacuumProtocolCheck",
     ),
 }
 

@@ -251,17 +251,20 @@ def test_bad_tables_and_versions_fail_clearly(history, tmp_path):
         open_(cleaned, timestamp=dt.datetime(2000, 1, 1))
 
 
-def _type_widening_table(tmp_path) -> str:
-    """A table whose protocol needs the reader feature typeWidening, which is refused."""
-    uri = str(tmp_path / "widened")
+def _shredded_variant_table(tmp_path) -> str:
+    """A table whose protocol needs the reader feature variantShredding-preview (refused)."""
+    uri = str(tmp_path / "shredded")
     DeltaTable.create(uri, schema=SCHEMA)
     commit_refused_reader_feature(uri, 1)
     return uri
 
 
 def test_refused_and_unknown_reader_features(tmp_path):
-    uri = _type_widening_table(tmp_path)
-    with pytest.raises(UnsupportedTableFeatureError, match="typeWidening: files written before"):
+    uri = _shredded_variant_table(tmp_path)
+    with pytest.raises(
+        UnsupportedTableFeatureError,
+        match="variantShredding-preview: variant columns may be stored shredded",
+    ):
         open_snapshot(TableLocation.of(uri), SnapshotSpec())
     with pytest.raises(UnsupportedTableFeatureError, match=r"someFutureFeature.*unknown"):
         check_readable("t", 3, {"columnMapping", "someFutureFeature"})
@@ -520,12 +523,14 @@ def test_empty_tables_and_refusals_through_spark(spark, tmp_path):
     register(spark)
     assert spark.read.format("deltalake").load(uri).count() == 0
 
-    widened = _type_widening_table(tmp_path)
-    with pytest.raises(UnsupportedTableFeatureError, match="typeWidening"):
-        read_table(spark, widened)
+    shredded = _shredded_variant_table(tmp_path)
+    with pytest.raises(UnsupportedTableFeatureError, match="variantShredding-preview"):
+        read_table(spark, shredded)
     # Errors raised in Spark's Python workers arrive inside Spark's exception, named.
-    with pytest.raises(Exception, match=r"(?s)UnsupportedTableFeatureError.*typeWidening"):
-        spark.read.format("deltalake").load(widened)
+    with pytest.raises(
+        Exception, match=r"(?s)UnsupportedTableFeatureError.*variantShredding-preview"
+    ):
+        spark.read.format("deltalake").load(shredded)
     with pytest.raises(Exception, match=r"(?s)NotATableError.*is not a Delta table"):
         spark.read.format("deltalake").load(str(tmp_path / "nothing"))
     with pytest.raises(Exception, match=r"(?s)ConfigurationError.*takes its schema from the table"):

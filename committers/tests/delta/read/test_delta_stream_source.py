@@ -347,7 +347,7 @@ def test_the_schema_must_not_change_between_load_and_start(tmp_path):
 
 def test_a_commit_raising_the_reader_protocol_stops_the_stream_before_it(tmp_path):
     """delta-spark checks the protocol of every version a stream crosses: a commit that
-    makes the table need a reader feature this reader does not honour (type widening, a
+    makes the table need a reader feature this reader does not honour (shredded variants, a
     reader version above 3) stops the stream before anything of it or after it is read."""
     uri = _table(tmp_path, range(0, 4))
     tail = _tail(uri)
@@ -356,7 +356,7 @@ def test_a_commit_raising_the_reader_protocol_stops_the_stream_before_it(tmp_pat
     with pytest.raises(
         UnsupportedTableFeatureError,
         match=r"version 1 of .* changes the table's protocol, and the stream stops before it: "
-        r".*typeWidening",
+        r".*variantShredding-preview",
     ):
         tail.discover(started, AdmissionLimit(), up_to=None)
 

@@ -283,7 +283,7 @@ def _hand_written_table(
 @pytest.mark.parametrize(
     "features",
     [
-        ["typeWidening"],
+        ["variantShredding-preview"],
         ["icebergCompatV2"],
         ["someFutureFeature"],
     ],
@@ -292,7 +292,8 @@ def test_features_the_sink_cannot_honour_are_refused(spark, place, features):
     protocol = {
         "minReaderVersion": 3,
         "minWriterVersion": 7,
-        "readerFeatures": [f for f in features if f == "typeWidening"],  # a reader-writer one
+        # (a reader-writer one)
+        "readerFeatures": [f for f in features if f == "variantShredding-preview"],
         "writerFeatures": features,
     }
     uri = _hand_written_table(place, "refused", protocol)
