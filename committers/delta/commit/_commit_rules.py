@@ -15,10 +15,12 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Field, Transaction
 
 from committers.delta.commit._log_store import LogStore
+from committers.delta.commit._schema_replacement import write_schema_evolution
+from committers.delta.commit._sequence import delta_rs_commits
 from committers.delta.storage._storage import TableLocation
 from committers.delta.table._protocol import check_appends_only, check_replaceable
 from committers.delta.table._replace_where import ReplaceWhere, with_replace_where
-from committers.delta.table._rules import TableShape, WritePlan, plan_write
+from committers.delta.table._rules import TableShape, WritePlan, evolved_shape, plan_write
 from committers.delta.table._schema import OptionSpelling, SchemaMode, merge_schemas
 from committers.delta.table._schema_overwrite import replaced_shape
 from committers.delta.table._table import (
@@ -174,26 +176,58 @@ class CommitRules:
         return replaced_shape(table, self._input_schema, self._plan.shape.partition_by)
 
     def _evolve_schema(self, table: DeltaTable) -> TableShape:
-        """In merge mode, first add the input's new columns to the table; returns the table's
-        shape after that.
+        """In merge mode, first add the input's new columns to the table (and, where it enables
+        type widening, widen the columns the input holds wider); returns the table's shape
+        after that.
 
-        Adding columns is its own metadata-only commit (delta-rs cannot attach a schema change
-        to a write transaction). It is idempotent: after a crash the columns exist and are not
-        added again; all new columns are nullable, so no reader sees invalid data.
+        The change is its own metadata-only commit (delta-rs cannot attach a schema change to
+        a write transaction): by delta-rs, or by the sink's log writer where delta-rs does not
+        commit to the table or the change widens a type. It is idempotent: after a crash the
+        columns exist (or are wide) and are not changed again; new columns are nullable and
+        older files are read as the wider types, so no reader sees invalid data.
         """
         shape = TableShape.of_table(table)
         current = shape.arrow_schema()
         merged = merge_schemas(
-            current, self._input_schema, self._schema_mode, shape.generated_columns, self._spelling
+            current,
+            self._input_schema,
+            self._schema_mode,
+            shape.generated_columns,
+            self._spelling,
+            widening=shape.widens_types,
         )
-        if len(merged) > len(current):
-            new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
+        evolved = evolved_shape(shape, merged)
+        if evolved is shape:
+            return shape
+        new_fields = [Field.from_arrow(f) for f in merged if f.name not in current.names]
+        if delta_rs_commits(table) and not _retypes(current, merged):
             table.alter.add_columns(new_fields)
-            crash_point("schema_merge")
-            table.update_incremental()
-            log.info("added columns %s to %s", [f.name for f in new_fields], self._location.uri)
-            return TableShape.of_table(table)
-        return shape
+        else:
+            write_schema_evolution(self._location, table, evolved)
+        crash_point("schema_merge")
+        table.update_incremental()
+        log.info(
+            "evolved the schema of %s: %s", self._location.uri, _schema_changes(current, merged)
+        )
+        return TableShape.of_table(table)
+
+
+def _retypes(current: pa.Schema, merged: pa.Schema) -> list[str]:
+    """The columns whose type the merge widened."""
+    return [f.name for f in current if merged.field(f.name).type != f.type]
+
+
+def _schema_changes(current: pa.Schema, merged: pa.Schema) -> str:
+    added = [f.name for f in merged if f.name not in current.names]
+    widened = [f"{name} to {merged.field(name).type}" for name in _retypes(current, merged)]
+    return "; ".join(
+        part
+        for part in (
+            f"added columns {added}" if added else "",
+            f"widened {', '.join(widened)}" if widened else "",
+        )
+        if part
+    )
 
 
 def _operation_parameters(

@@ -545,13 +545,15 @@ def adds_columns(
     mode: SchemaMode,
     spelling: OptionSpelling,
 ) -> bool:
-    """Whether the input brings columns the table (``shape``) lacks and ``mode`` adds them:
-    a schema change, which a blind append cannot carry.
+    """Whether the input brings columns the table (``shape``) lacks and ``mode`` adds them (or
+    types it widens): a schema change, which a blind append cannot carry.
 
     Raises:
         SchemaMismatchError: the input cannot be written to the table at all (as when
             staging).
     """
     current = shape.arrow_schema()
-    merged = merge_schemas(current, input_schema, mode, shape.computed_columns, spelling)
-    return len(merged) > len(current)
+    merged = merge_schemas(
+        current, input_schema, mode, shape.computed_columns, spelling, shape.widens_types
+    )
+    return not merged.equals(current)

@@ -1,8 +1,9 @@
-"""The commit of an overwrite that replaces the table's schema and partitioning
-(``schema_mode="overwrite"``, see ``table/_schema_overwrite.py``): one log entry holding the
-new ``metaData``, the remove of every live file (with its deletion vector), the adds of the
-epoch's files, its txn and a ``WRITE`` commitInfo in mode ``Overwrite``, as delta-spark's
-``overwriteSchema`` writes it.
+"""The commits that change a table's schema through the sink's log writer: a schema merge that
+delta-rs cannot commit (:func:`write_schema_evolution`), and an overwrite that replaces the
+table's schema and partitioning (``schema_mode="overwrite"``, see
+``table/_schema_overwrite.py``): one log entry holding the new ``metaData``, the remove of
+every live file (with its deletion vector), the adds of the epoch's files, its txn and a
+``WRITE`` commitInfo in mode ``Overwrite``, as delta-spark's ``overwriteSchema`` writes it.
 
 delta-rs 1.6 can replace the schema in an overwrite but not the partition columns, and not
 the remove of a file with a deletion vector, so the sink's own log writer
@@ -25,7 +26,7 @@ from committers.delta.table._rules import TableShape
 from committers.delta.table._schema_overwrite import metadata_action
 from committers.delta.write._committable import StagedFile
 
-__all__ = ["write_schema_replacement"]
+__all__ = ["write_schema_evolution", "write_schema_replacement"]
 
 
 def write_schema_replacement(
@@ -69,3 +70,38 @@ def write_schema_replacement(
         needs="it replaces the table's schema and partitioning (schema_mode='overwrite')",
     )
     return read_version + 1
+
+
+def write_schema_evolution(location: TableLocation, table: DeltaTable, shape: TableShape) -> int:
+    """Commit ``shape``'s schema (the table's with columns added or widened by a schema
+    merge) as a metadata-only version after ``table``'s, through the sink's log writer: for
+    tables delta-rs does not commit to (row tracking, in-commit timestamps, clustering, type
+    widening...), and for widenings, which delta-rs cannot record. That version.
+
+    Raises:
+        UnsupportedTableFeatureError: the table is neither local nor on S3; nothing written.
+        CommitFailedError: another commit took that version; nothing was written.
+        OSError: the outcome is unknown (a replay finds the schema already evolved or not).
+    """
+    current = table.metadata()
+    put_log_commit(
+        location,
+        table,
+        adds=[],
+        removes=[],
+        properties=CommitProperties(),
+        partition_by=shape.partition_by,
+        now_ms=int(time.time() * 1000),
+        metadata_action=metadata_action(
+            {
+                "id": current.id,
+                "name": current.name,
+                "description": current.description,
+                "createdTime": current.created_time,
+            },
+            shape,
+        ),
+        needs="it changes the table's schema (schema_mode='merge'), which delta-rs cannot "
+        "commit to this table or cannot record (a type widening)",
+    )
+    return table.version() + 1

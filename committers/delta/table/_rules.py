@@ -44,7 +44,7 @@ from committers.delta.table._identity import (
     identity_columns,
     placeholder_sql,
 )
-from committers.delta.table._protocol import DELTA_RS_REFUSES, TableFeatures
+from committers.delta.table._protocol import TableFeatures
 from committers.delta.table._schema import (
     HIVE_NULL,
     SINK_SPELLING,
@@ -54,7 +54,11 @@ from committers.delta.table._schema import (
     nullable_nested,
     spelled_differently,
 )
-from committers.delta.table._type_widening import check_type_changes
+from committers.delta.table._type_widening import (
+    check_type_changes,
+    widens_types,
+    with_type_changes,
+)
 from framework.errors import SchemaMismatchError, UnsupportedTypeError
 from framework.sink import InputPlan, PlannedColumn, RowCheck
 
@@ -103,6 +107,11 @@ class TableShape:
             features=TableFeatures.of(protocol.min_writer_version, protocol.writer_features),
             configuration=tuple(sorted((k, str(v)) for k, v in metadata.configuration.items())),
         )
+
+    @property
+    def widens_types(self) -> bool:
+        """Whether a schema merge may widen its columns' types (see ``_type_widening``)."""
+        return widens_types(self.features.enabled, dict(self.configuration))
 
     @classmethod
     def for_new_table(cls, schema: pa.Schema, partition_by: Sequence[str]) -> TableShape:
@@ -244,7 +253,12 @@ def plan_write(
     except ValueError as err:  # a Delta type the sink has no spelling for (variant, ...)
         raise UnsupportedTypeError(f"table {table_uri} cannot be written: {err}") from err
     merged = merge_schemas(
-        table_schema, input_schema, schema_mode, shape.computed_columns, spelling
+        table_schema,
+        input_schema,
+        schema_mode,
+        shape.computed_columns,
+        spelling,
+        widening=shape.widens_types,
     )
     check_explicit_values(shape.identity_columns, input_schema.names, table_uri)
     added = [f for f in merged if f.name not in shape.schema.names]
@@ -255,14 +269,6 @@ def plan_write(
             "an engine that can (ALTER TABLE ... ADD COLUMNS in delta-spark), or drop them "
             "from the input."
         )
-    refusing = sorted(DELTA_RS_REFUSES & shape.features.enabled)
-    if added and refusing:
-        raise SchemaMismatchError(
-            f"the input has new columns {[f.name for f in added]}, but {table_uri} has the "
-            f"feature(s) {', '.join(refusing)}, and delta-rs cannot add columns to such a "
-            "table. Add the columns with delta-spark (ALTER TABLE ... ADD COLUMNS), or drop "
-            "them from the input."
-        )
     if added and shape.identity_columns:
         raise SchemaMismatchError(
             f"the input has new columns {[f.name for f in added]}, but {table_uri} has "
@@ -270,14 +276,7 @@ def plan_write(
             "the columns with delta-spark (ALTER TABLE ... ADD COLUMNS), or drop them from the "
             "input."
         )
-    if added:
-        new_fields = parse_arrow_schema(pa.schema(added)).fields
-        shape = TableShape(
-            StructType(shape.schema.fields + new_fields),
-            shape.partition_by,
-            shape.features,
-            shape.configuration,
-        )
+    shape = evolved_shape(shape, merged)
     given = {f.name.lower(): f for f in input_schema}  # names match ignoring case
     table_types = {f.name: f.type for f in shape.arrow_schema()}
     try:
@@ -290,6 +289,32 @@ def plan_write(
     except ValueError as err:  # a Delta type the sink has no spelling for
         raise UnsupportedTypeError(f"table {table_uri} cannot be written: {err}") from err
     return WritePlan(shape, plan, layout)
+
+
+def evolved_shape(shape: TableShape, merged: pa.Schema) -> TableShape:
+    """``shape`` after a schema merge gave ``merged`` (:func:`merge_schemas`): its columns
+    retyped where the merge widened them (the changes recorded), the new columns appended.
+    The same object when nothing changed."""
+    current = shape.arrow_schema()
+    added = [f for f in merged if f.name not in current.names]
+    retyped = [
+        f for f in merged if f.name in current.names and f.type != current.field(f.name).type
+    ]
+    if not added and not retyped:
+        return shape
+    widened = (
+        {f.name: str(f.type) for f in parse_arrow_schema(pa.schema(retyped)).fields}
+        if retyped
+        else {}
+    )
+    schema = with_type_changes(shape.schema, widened)
+    new_fields = parse_arrow_schema(pa.schema(added)).fields if added else ()
+    return TableShape(
+        StructType(schema.fields + tuple(new_fields)),
+        shape.partition_by,
+        shape.features,
+        shape.configuration,
+    )
 
 
 def _defined_column(

@@ -12,6 +12,7 @@ import pyarrow as pa
 from deltalake import Schema as DeltaSchema
 
 from committers.delta.table._delta_schema import parse_arrow_schema, spark_type
+from committers.delta.table._type_widening import is_supported_widening
 from framework.errors import InvalidSchemaError, SchemaMismatchError, UnsupportedTypeError
 
 __all__ = [
@@ -175,6 +176,7 @@ def merge_schemas(
     mode: SchemaMode,
     computed: frozenset[str] = frozenset(),
     spelling: OptionSpelling = SINK_SPELLING,
+    widening: bool = False,
 ) -> pa.Schema:
     """Return the table schema after writing ``incoming`` under ``mode``.
 
@@ -183,7 +185,9 @@ def merge_schemas(
     nested field accepts nullable input, whose values are checked per row); a table column
     absent from the input is written as null if it is nullable, or computed if it is in
     ``computed`` (generated columns). ``merge`` additionally appends new input columns (as
-    nullable, spelled as in the input).
+    nullable, spelled as in the input), and with ``widening`` (a table that enables type
+    widening) takes the input's type for a top-level column whose type it widens as the
+    protocol allows (an ``int`` column given ``bigint``, say).
 
     Raises:
         SchemaMismatchError: listing every difference, each with what fixes it (options named
@@ -201,6 +205,8 @@ def merge_schemas(
                     f"from the input, or {spelling.merge_schema} to add it to the table"
                 )
         elif _folded(existing.type) != _folded(f.type):
+            if mode == "merge" and widening and _widens(existing, f):
+                continue
             problems.append(
                 f"column {f.name!r} is {_type_name(f.type)} in the input but "
                 f"{_type_name(existing.type)} in the table: cast it, e.g. "
@@ -217,7 +223,26 @@ def merge_schemas(
             "the input does not match the table schema: " + "; ".join(problems) + "."
         )
     added = [f.with_nullable(True) for key, f in incoming_fields.items() if key not in table_fields]
-    return pa.schema(list(table) + added) if added else table
+    kept = [
+        f.with_type(incoming_fields[f.name.lower()].type)
+        if f.name.lower() in incoming_fields
+        and _folded(f.type) != _folded(incoming_fields[f.name.lower()].type)
+        else f
+        for f in table
+    ]
+    if not added and kept == list(table):
+        return table
+    return pa.schema(kept + added, metadata=table.metadata)
+
+
+def _widens(existing: pa.Field, given: pa.Field) -> bool:
+    """Whether ``given``'s type widens ``existing``'s as the protocol allows (top level)."""
+    try:
+        old = parse_arrow_schema(pa.schema([existing])).fields[0].type
+        new = parse_arrow_schema(pa.schema([given])).fields[0].type
+    except Exception:  # (a type delta-rs has no Delta spelling for)
+        return False
+    return isinstance(old, str) and isinstance(new, str) and is_supported_widening(old, new)
 
 
 def check_column_names(schema: pa.Schema) -> None:

@@ -11,18 +11,28 @@ list is refused by name, as readers must.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from committers.delta.table._delta_schema import ArrayType, DeltaField, MapType, StructType
 from committers.delta.table._protocol import UnsupportedTableFeatureError
 
-__all__ = ["TYPE_CHANGES", "check_type_changes", "is_supported_widening"]
+__all__ = [
+    "ENABLE_TYPE_WIDENING",
+    "TYPE_CHANGES",
+    "check_type_changes",
+    "is_supported_widening",
+    "widens_types",
+    "with_type_changes",
+]
 
 #: The metadata key of a field's type history.
 TYPE_CHANGES = "delta.typeChanges"
+#: The table property that lets writers widen types (PROTOCOL.md: else they must not).
+ENABLE_TYPE_WIDENING = "delta.enableTypeWidening"
 
 _INTEGERS = ("byte", "short", "integer", "long")
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
@@ -50,6 +60,28 @@ def is_supported_widening(from_type: str, to_type: str) -> bool:
         return grown >= scaled >= 0 and (grown, scaled) != (0, 0)
     digits = _INTEGER_DIGITS.get(from_type)
     return digits is not None and precision - scale >= digits
+
+
+def widens_types(features: Iterable[str], configuration: Mapping[str, str]) -> bool:
+    """Whether a write may widen the table's column types: the feature is supported and
+    ``delta.enableTypeWidening`` is on (delta-spark widens then under schema evolution)."""
+    enabled = str(configuration.get(ENABLE_TYPE_WIDENING, "false")).lower() == "true"
+    return "typeWidening" in features and enabled
+
+
+def with_type_changes(schema: StructType, widened: Mapping[str, str]) -> StructType:
+    """``schema`` with each top-level column of ``widened`` (name -> its new Delta type)
+    retyped, the change appended to its ``delta.typeChanges``, as writers must record it."""
+    fields = []
+    for f in schema.fields:
+        new_type = widened.get(f.name)
+        if new_type is None or new_type == f.type:
+            fields.append(f)
+            continue
+        change = {"fromType": f.type, "toType": new_type}
+        metadata = {**f.metadata, TYPE_CHANGES: [*_changes_of(f), change]}
+        fields.append(dataclasses.replace(f, type=new_type, metadata=metadata))
+    return StructType(tuple(fields))
 
 
 def check_type_changes(uri: str, schema: StructType) -> None:

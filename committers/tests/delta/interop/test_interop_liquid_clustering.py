@@ -80,10 +80,12 @@ def test_every_write_keeps_the_clustering_and_delta_spark_reclusters(delta_spark
     assert assert_all_read(spark, uri) == comparable([*rows, {"id": 7, "v": 7, "s": "g"}])
 
 
-def test_new_clustering_columns_have_stats_and_schema_changes_are_refused(delta_spark, tmp_path):
+def test_new_clustering_columns_have_stats_and_a_schema_replacement_is_refused(
+    delta_spark, tmp_path
+):
     """delta-spark moves the clustering to another column: the sink's next files carry its
-    stats as they carry every column's. A schema replacement and new columns are refused by
-    name, with nothing written."""
+    stats as they carry every column's. A schema replacement is refused by name, with nothing
+    written; a new column is added (by the sink's log writer), the clustering kept."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _create(spark, uri, ROWS, "INSERT INTO {t} VALUES (1, 1, 'a')", clauses="CLUSTER BY (v)")
@@ -95,13 +97,17 @@ def test_new_clustering_columns_have_stats_and_schema_changes_are_refused(delta_
     overwrite = DeltaSink(uri, mode="overwrite", schema_mode="overwrite")
     with pytest.raises(UnsupportedTableFeatureError, match="clustered"):
         TwoPhaseSink(overwrite).write(spark.createDataFrame([(3,)], "id BIGINT"))
-    with pytest.raises(SchemaMismatchError, match=r"new columns \['extra'\].*clustering"):
-        TwoPhaseSink(DeltaSink(uri, app_id="m", schema_mode="merge")).write(
-            spark.createDataFrame([(3, 3, "c", "x")], ROWS + ", extra STRING")
-        )
     assert DeltaTable(uri).version() == version
+    TwoPhaseSink(DeltaSink(uri, app_id="m", schema_mode="merge")).write(
+        spark.createDataFrame([(3, 3, "c", "x")], ROWS + ", extra STRING")
+    )  # (a new column: the sink's log writer adds it, the clustering kept)
+    assert _clustering_columns(spark, uri) == ["s"]
     assert assert_all_read(spark, uri) == comparable(
-        [{"id": 1, "v": 1, "s": "a"}, {"id": 2, "v": 2, "s": "b"}]
+        [
+            {"id": 1, "v": 1, "s": "a", "extra": None},
+            {"id": 2, "v": 2, "s": "b", "extra": None},
+            {"id": 3, "v": 3, "s": "c", "extra": "x"},
+        ]
     )
 
 

@@ -21,6 +21,7 @@ from committers.tests._delta_helpers import log_actions
 from committers.tests._delta_spark import comparable, spark_rows
 from committers.tests.delta.interop.test_interop_delta_spark_write import _create
 from framework import TwoPhaseSink
+from framework.errors import SchemaMismatchError
 
 pytestmark = pytest.mark.spark
 
@@ -160,3 +161,56 @@ def test_a_type_change_delta_does_not_allow_is_refused(delta_spark, tmp_path):
             spark.createDataFrame([(1, 1.0, None, 1, None, 1)], NARROW)
         )
     assert DeltaTable(uri).version() == latest + 1
+
+
+def test_a_schema_merge_widens_columns_and_adds_new_ones(delta_spark, tmp_path):
+    """``schema_mode="merge"`` into a table that enables type widening: input columns of a
+    wider type widen the table's (the change recorded in ``delta.typeChanges``, committed by
+    the sink's log writer before the data), a new column is added, the batch lands once
+    (a replay changes nothing), and delta-spark reads old and new rows in the new types and
+    appends after. Where the table does not enable widening, the wider input is refused and
+    nothing is written."""
+    spark = delta_spark
+    uri = str(tmp_path / "t")
+    _create(
+        spark,
+        uri,
+        "id INT, v SHORT, m DECIMAL(5,2)",
+        "INSERT INTO {t} VALUES (1, 1, 1.5)",
+        clauses="TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
+    )
+    wider = spark.createDataFrame(
+        [(3_000_000_000, 100_000, decimal.Decimal("12345.6789"), "new")],
+        "id BIGINT, v INT, m DECIMAL(10,4), note STRING",
+    )
+    sink = DeltaSink(uri, app_id="merge", schema_mode="merge")
+    TwoPhaseSink(sink).write(wider, epoch_id=0)
+    version = DeltaTable(uri).version()
+    TwoPhaseSink(sink).write(wider, epoch_id=0)  # a replay
+    assert DeltaTable(uri).version() == version
+    fields = {f["name"]: f for f in _schema(uri)["fields"]}
+    assert {name: f["type"] for name, f in fields.items()} == {
+        "id": "long",
+        "v": "integer",
+        "m": "decimal(10,4)",
+        "note": "string",
+    }
+    assert fields["v"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "short", "toType": "integer"}
+    ]
+    assert fields["id"]["metadata"]["delta.typeChanges"] == [
+        {"fromType": "integer", "toType": "long"}
+    ]
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (2, 2, 2.5, 'theirs')")
+    expected = [
+        {"id": 1, "v": 1, "m": decimal.Decimal("1.5000"), "note": None},
+        {"id": 2, "v": 2, "m": decimal.Decimal("2.5000"), "note": "theirs"},
+        {"id": 3_000_000_000, "v": 100_000, "m": decimal.Decimal("12345.6789"), "note": "new"},
+    ]
+    _assert_read_by_all(spark, uri, expected)
+
+    fixed = str(tmp_path / "fixed")
+    _create(spark, fixed, "id INT", "INSERT INTO {t} VALUES (1)")
+    with pytest.raises(SchemaMismatchError, match="'id' is BIGINT in the input but INT"):
+        TwoPhaseSink(DeltaSink(fixed, schema_mode="merge")).write(spark.range(1))
+    assert DeltaTable(fixed).version() == 1
