@@ -48,7 +48,6 @@ def write_schema_replacement(
     read_version = table.version()
     now = int(time.time() * 1000)
     removes = [r.entry(now) for r in every_live_remove(table, location)]
-    current = table.metadata()
     put_log_commit(
         location,
         table,
@@ -57,15 +56,7 @@ def write_schema_replacement(
         properties=properties,
         partition_by=shape.partition_by,
         now_ms=now,
-        metadata_action=metadata_action(
-            {
-                "id": current.id,
-                "name": current.name,
-                "description": current.description,
-                "createdTime": current.created_time,
-            },
-            shape,
-        ),
+        metadata_action=_metadata_action(table, shape),
         mode="Overwrite",
         needs="it replaces the table's schema and partitioning (schema_mode='overwrite')",
     )
@@ -83,7 +74,6 @@ def write_schema_evolution(location: TableLocation, table: DeltaTable, shape: Ta
         CommitFailedError: another commit took that version; nothing was written.
         OSError: the outcome is unknown (a replay finds the schema already evolved or not).
     """
-    current = table.metadata()
     put_log_commit(
         location,
         table,
@@ -92,16 +82,21 @@ def write_schema_evolution(location: TableLocation, table: DeltaTable, shape: Ta
         properties=CommitProperties(),
         partition_by=shape.partition_by,
         now_ms=int(time.time() * 1000),
-        metadata_action=metadata_action(
-            {
-                "id": current.id,
-                "name": current.name,
-                "description": current.description,
-                "createdTime": current.created_time,
-            },
-            shape,
-        ),
+        metadata_action=_metadata_action(table, shape),
         needs="it changes the table's schema (schema_mode='merge'), which delta-rs cannot "
         "commit to this table or cannot record (a type widening)",
     )
     return table.version() + 1
+
+
+def _metadata_action(table: DeltaTable, shape: TableShape) -> dict[str, object]:
+    """The ``metaData`` action giving ``table`` the schema, partitioning and configuration of
+    ``shape``, its identity kept."""
+    current = table.metadata()
+    base = {
+        "id": current.id,
+        "name": current.name,
+        "description": current.description,
+        "createdTime": current.created_time,
+    }
+    return metadata_action(base, shape)
