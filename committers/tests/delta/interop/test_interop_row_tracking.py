@@ -310,8 +310,17 @@ def test_upserts_keep_the_ids_of_the_rows_they_copy_and_update(
     assert marked == (vectors == "auto")
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (8, 8)")
     assert _tracked(spark, uri)[8][0] > max(r for r, _ in tracked.values())
+    # delta-spark goes on writing: its MERGE keeps the id of a row the sink updated, and its
+    # OPTIMIZE keeps every id
+    spark.sql(
+        f"MERGE INTO delta.`{uri}` t USING (SELECT 2L AS id, 2000 AS v) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET t.v = s.v"
+    )
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    merged = _tracked(spark, uri)
+    assert merged[2][0] == before[2][0] and merged[7] == tracked[7]
     assert _read_by_spark_and_duckdb(spark, uri) == comparable(
-        [{"id": i, "v": {2: 200, 4: 400}.get(i, i)} for i in (1, 2, 3, 4, 6, 7, 8)]
+        [{"id": i, "v": {2: 2000, 4: 400}.get(i, i)} for i in (1, 2, 3, 4, 6, 7, 8)]
     )
 
 

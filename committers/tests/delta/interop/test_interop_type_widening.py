@@ -3,7 +3,8 @@ with ``ALTER TABLE ... CHANGE COLUMN ... TYPE``: files written before a change h
 type. ``read_table`` (Spark's scan) and the ``"deltalake"`` format (pyarrow) read them as the
 current types, and every write of the sink (appends by both stagings, upserts rewriting a
 narrow file with Python tasks and with Spark, ``replace_where``, compaction) writes the
-current types and keeps ``delta.typeChanges``; delta-spark is the judge. A type
+current types and keeps ``delta.typeChanges``; delta-spark is the judge (DuckDB a second
+reader) and goes on writing after (INSERT, MERGE, OPTIMIZE). A type
 change the protocol does not allow is refused by name, for reading and writing."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from deltalake import DeltaTable
 from committers.delta import DeltaSink, UnsupportedTableFeatureError, read_table, register
 from committers.tests._delta_helpers import log_actions
 from committers.tests._delta_spark import comparable, spark_rows
+from committers.tests._readers import duckdb_rows
 from committers.tests.delta.interop.test_interop_delta_spark_write import _create
 from framework import TwoPhaseSink
 from framework.errors import SchemaMismatchError
@@ -73,9 +75,11 @@ def _frame(spark, rows: list[dict], extra: str = ""):  # type: ignore[no-untyped
 
 
 def _assert_read_by_all(spark, uri: str, expected: list[dict]) -> None:  # type: ignore[no-untyped-def]
-    """delta-spark, ``read_table`` and the ``"deltalake"`` format read ``expected``."""
+    """delta-spark, DuckDB, ``read_table`` and the ``"deltalake"`` format read ``expected``
+    (deltalake's own reader refuses the feature)."""
     register(spark)
     assert spark_rows(spark, uri) == comparable(expected)
+    assert comparable(duckdb_rows(uri)) == comparable(expected)
     assert comparable(read_table(spark, uri).toArrow().to_pylist()) == comparable(expected)
     by_format = spark.read.format("deltalake").load(uri).toArrow().to_pylist()
     assert comparable(by_format) == comparable(expected)
@@ -135,6 +139,14 @@ def test_every_write_of_a_widened_table_writes_the_current_types(delta_spark, tm
     assert live and all(str(pq.read_schema(f).field("s").type) == "int32" for f in live)
     _assert_read_by_all(spark, uri, list(expected.values()))
     assert _schema(uri) == schema  # delta.typeChanges kept
+    # delta-spark goes on writing: a MERGE and an OPTIMIZE over the sink's files
+    spark.sql(
+        f"MERGE INTO delta.`{uri}` t USING (SELECT 4L AS id, 40L AS s) u ON t.id = u.id "
+        "WHEN MATCHED THEN UPDATE SET t.s = u.s"
+    )
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    expected[4] = {**expected[4], "s": 40}
+    _assert_read_by_all(spark, uri, list(expected.values()))
     assert repr(DeltaTable(uri).protocol()) == protocol
 
 
