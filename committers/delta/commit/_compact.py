@@ -233,16 +233,9 @@ def compact_table(
     shape = TableShape.of_table(table)
     layout = _check_compactable(shape, table, location.uri)
     cluster_by = _clustering(table, location, shape)
-    tracks_rows = keeps_row_ids(table)
-    if tracks_rows and staging == "spark":
-        raise ConfigurationError(
-            f"compaction with staging='spark' cannot rewrite {location.uri}: it tracks row "
-            "ids, which only the Python tasks carry over (in the materialized columns). Use "
-            "staging='arrow' or 'auto'; nothing was done."
-        )
     if staging == "spark":
         check_spark_can_rewrite(spark, shape, location)
-    elif staging == "auto" and cluster_by and not tracks_rows:  # Spark clusters; Python packs
+    elif staging == "auto" and cluster_by:  # Spark clusters; Python packs
         try:
             check_spark_can_rewrite(spark, shape, location)
             staging = "spark"
@@ -263,17 +256,19 @@ def compact_table(
     epoch = compaction_epoch(run_id, staging_owner)
     options = WriterOptions(target_file_size=target, compression=compression)
     try:
+        lineage = None
+        if keeps_row_ids(table):  # each copied row keeps its id and commit version
+            paths = [f.path for g in groups for f in g.files]
+            configuration = dict(shape.configuration)
+            lineage = row_lineage(location, configuration, read_version, paths)
         if staging == "spark":
-            staged = rewrite_with_spark(spark, location, layout, groups, options, epoch, cluster_by)
+            staged = rewrite_with_spark(
+                spark, location, layout, groups, options, epoch, cluster_by, lineage
+            )
         else:
             snapshot = Snapshot(
                 location, read_version, shape, reader_features(table)[1], table.schema().to_json()
             )
-            lineage = None
-            if tracks_rows:
-                paths = [f.path for g in groups for f in g.files]
-                configuration = dict(shape.configuration)
-                lineage = row_lineage(location, configuration, read_version, paths)
             staged = rewrite_with_arrow(spark, snapshot, layout, groups, options, epoch, lineage)
     except BaseException:
         _discard(location, epoch)

@@ -90,10 +90,12 @@ def rewrite_with_spark(
     options: WriterOptions,
     epoch: Epoch,
     cluster_by: Sequence[str] = (),
+    lineage: RowLineage | None = None,
 ) -> list[StagedFile]:
     """Rewrite every group in Spark tasks; the staged files, checked against the groups.
     ``cluster_by``: the clustering columns of a clustered table; the rows of all groups are
-    then written as many files, each holding one range of those columns, sorted by them."""
+    then written as many files, each holding one range of those columns, sorted by them.
+    ``lineage``: the row ids and commit versions to carry over (a row-tracking table)."""
     root = spark_uri(location.uri.rstrip("/"))
     # Spark writes one file per task and partition; the groups hash onto tasks, so one task
     # may get two groups of a partition: cap its files at the largest group's rows. (Ranges
@@ -110,7 +112,7 @@ def rewrite_with_spark(
             {f.path: f.deletion_vector for g in groups for f in g.files if f.deletion_vector},
         )
         df = grouped_rows(
-            spark, root, scan_root_path(spark, root), layout, files, deleted, cluster_by
+            spark, root, scan_root_path(spark, root), layout, files, deleted, cluster_by, lineage
         )
         staged, _ = stager.stage(df, epoch)
     check_rewritten_rows(location.uri, groups, staged, layout)

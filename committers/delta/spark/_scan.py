@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from committers.delta.read._row_lineage import RowLineage
 from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
 from committers.delta.table._delta_schema import parse_arrow_schema, quote, spark_type
 from committers.delta.table._rules import FileLayout, TableShape
@@ -18,7 +19,15 @@ from framework.spark.connector import parquet_files
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["grouped_rows", "logical_columns", "read_schema", "scan_root_path"]
+__all__ = [
+    "BASE_ROW_ID",
+    "DEFAULT_ROW_COMMIT_VERSION",
+    "grouped_rows",
+    "logical_columns",
+    "read_schema",
+    "scan_root_path",
+    "stable_row_lineage",
+]
 
 
 def scan_root_path(spark: SparkSession, root: str) -> str:
@@ -69,32 +78,40 @@ def grouped_rows(
     groups: Sequence[tuple[Sequence[str], tuple[str | None, ...]]],
     deleted: Mapping[str, np.ndarray] | None = None,
     cluster_by: Sequence[str] = (),
+    lineage: RowLineage | None = None,
 ) -> DataFrame:
     """The rows of each group's files (paths relative to ``root``) with the group's partition
     values, one shuffle partition per group, in the columns ``layout`` writes, without the
     rows ``deleted`` (path -> sorted row indexes its deletion vector deletes) names.
     ``root_path`` is :func:`scan_root_path` of ``root``. With ``cluster_by`` (the columns of a
     clustered table, which has no partitions) the rows of all groups are spread over as many
-    shuffle partitions by ranges of those columns instead, each sorted by them."""
+    shuffle partitions by ranges of those columns instead, each sorted by them. With
+    ``lineage`` (a table that tracks row ids) each row's id and commit version follow its data
+    columns, in the materialized columns (:func:`stable_row_lineage`)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
     data_columns = list(layout.file_schema.names)
     partition_columns = list(layout.partition_columns)
+    kept = {path: (base, default) for path, base, default in lineage.files} if lineage else {}
     paths, mapping = [], []
     for index, (files_of_group, partition) in enumerate(groups):
         for path in files_of_group:
             paths.append(f"{root}/{path}")
-            mapping.append((f"{root_path}/{path}", index, *partition))
-    scan = parquet_files(spark, paths, schema=read_schema(layout))
+            ids = kept.get(path, ()) if lineage else ()
+            mapping.append((f"{root_path}/{path}", index, *partition, *ids))
+    lineage_names = [f.name for f in lineage.fields] if lineage else []
+    schema = read_schema(layout) + "".join(f", {quote(c)} BIGINT" for c in lineage_names)
+    scan = parquet_files(spark, paths, schema=schema)
     metadata = scan.metadataColumn("_metadata")
     rows = scan.select(
-        *[F.col(quote(c)) for c in data_columns],
+        *[F.col(quote(c)) for c in [*data_columns, *lineage_names]],
         decoded_path(metadata.getField("file_path")).alias(_FILE),
         metadata.getField("row_index").alias(_ROW_INDEX),
     )
     vectors = {f"{root_path}/{path}": rows_of for path, rows_of in (deleted or {}).items()}
     rows = drop_deleted_rows(spark, rows, _FILE, _ROW_INDEX, vectors)
+    ids_of_files = [BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION] if lineage else []
     files = spark.createDataFrame(
         mapping,
         StructType(
@@ -102,6 +119,7 @@ def grouped_rows(
                 StructField(_FILE, StringType(), False),
                 StructField(_GROUP, IntegerType(), False),
                 *[StructField(c, StringType(), True) for c in partition_columns],
+                *[StructField(c, LongType(), False) for c in ids_of_files],
             ]
         ),
     )
@@ -113,4 +131,27 @@ def grouped_rows(
         spread = joined.repartitionByRange(len(groups), *by).sortWithinPartitions(*by)
     else:
         spread = joined.repartition(len(groups), F.col(_GROUP))
-    return spread.select(*[F.col(quote(c)) for c in [*data_columns, *partition_columns]])
+    return spread.select(
+        *[F.col(quote(c)) for c in data_columns],
+        *(stable_row_lineage(lineage, _ROW_INDEX) if lineage else []),
+        *[F.col(quote(c)) for c in partition_columns],
+    )
+
+
+#: The columns :func:`stable_row_lineage` takes each row's file's ids from.
+BASE_ROW_ID = "__sink_base_row_id__"
+DEFAULT_ROW_COMMIT_VERSION = "__sink_default_row_commit_version__"
+
+
+def stable_row_lineage(lineage: RowLineage, row_index: str) -> list[Column]:
+    """Each row's stable id and commit version (PROTOCOL.md, "Row Tracking"), named as the
+    materialized columns: the materialized value where the file has one, else its file's
+    ``baseRowId`` (column :data:`BASE_ROW_ID`) plus its physical position (``row_index``), and
+    its file's ``defaultRowCommitVersion`` (:data:`DEFAULT_ROW_COMMIT_VERSION`)."""
+    from pyspark.sql import functions as F
+
+    row_id, version = lineage.id_column, lineage.version_column
+    return [
+        F.coalesce(F.col(quote(row_id)), F.col(BASE_ROW_ID) + F.col(row_index)).alias(row_id),
+        F.coalesce(F.col(quote(version)), F.col(DEFAULT_ROW_COMMIT_VERSION)).alias(version),
+    ]

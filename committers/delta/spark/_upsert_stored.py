@@ -22,7 +22,13 @@ from committers.delta.spark._arrow_rewrite import (
 )
 from committers.delta.spark._change_data import stage_changes
 from committers.delta.spark._deleted_rows import decoded_path, drop_deleted_rows
-from committers.delta.spark._scan import logical_columns, scan_root_path
+from committers.delta.spark._scan import (
+    BASE_ROW_ID,
+    DEFAULT_ROW_COMMIT_VERSION,
+    logical_columns,
+    scan_root_path,
+    stable_row_lineage,
+)
 from committers.delta.spark._spark_staging import spark_uri
 from committers.delta.spark._upsert_plan import UpsertPlan
 from committers.delta.spark._upsert_touched import KeysToDrop
@@ -56,8 +62,6 @@ _APPLIES = "__sparksink_applies__"
 _FILLED = "__sparksink_filled__"
 _STORED = "__sparksink_stored__"  # set where the key has a stored row
 _ROW_INDEX = "__sparksink_row_index__"
-_BASE_ROW_ID = "__sparksink_base_row_id__"
-_DEFAULT_VERSION = "__sparksink_default_row_commit_version__"
 
 
 def _key(index: int) -> str:
@@ -242,9 +246,7 @@ class StoredRows:
     ) -> DataFrame:
         """``scan`` (its files' rows, with ``_FILE``, ``_ROW_INDEX`` and the materialized
         columns as the files hold them) with each row's stable id and commit version in the
-        materialized columns: the materialized value where there is one, else its file's
-        ``baseRowId`` plus its physical position, and its file's ``defaultRowCommitVersion``
-        (PROTOCOL.md, "Row Tracking")."""
+        materialized columns (:func:`~committers.delta.spark._scan.stable_row_lineage`)."""
         from pyspark.sql import functions as F
 
         lineage = self._lineage
@@ -253,19 +255,15 @@ class StoredRows:
         ids = pa.table(
             {
                 _FILE: list(by_key),
-                _BASE_ROW_ID: [files[f.path][0] for f in by_key.values()],
-                _DEFAULT_VERSION: [files[f.path][1] for f in by_key.values()],
+                BASE_ROW_ID: [files[f.path][0] for f in by_key.values()],
+                DEFAULT_ROW_COMMIT_VERSION: [files[f.path][1] for f in by_key.values()],
             }
         )
-        row_id, version = lineage.id_column, lineage.version_column
-        return (
-            scan.join(F.broadcast(session.createDataFrame(ids)), on=_FILE)
-            .withColumn(
-                row_id,
-                F.coalesce(F.col(quote(row_id)), F.col(_BASE_ROW_ID) + F.col(_ROW_INDEX)),
-            )
-            .withColumn(version, F.coalesce(F.col(quote(version)), F.col(_DEFAULT_VERSION)))
-            .drop(_BASE_ROW_ID, _DEFAULT_VERSION)
+        replaced = {f.name for f in lineage.fields} | {BASE_ROW_ID, DEFAULT_ROW_COMMIT_VERSION}
+        joined = scan.join(F.broadcast(session.createDataFrame(ids)), on=_FILE)
+        return joined.select(
+            *[F.col(quote(c)) for c in joined.columns if c not in replaced],
+            *stable_row_lineage(lineage, _ROW_INDEX),
         )
 
     def _stored_row_ids(

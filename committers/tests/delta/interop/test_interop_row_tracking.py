@@ -7,8 +7,7 @@ Compaction and overwrites keep every copied row's id and commit version (in the 
 columns; a file added back with a new deletion vector keeps its base id), deletion vectors and
 delta-spark's materialized ids included, and every remove carries its file's ids. Upserts keep
 the ids of the rows they copy and of the rows they update (whose commit version becomes the
-upsert's), as delta-spark's MERGE does. Compaction by Spark, which would copy rows without
-their ids, is refused by name."""
+upsert's), as delta-spark's MERGE does."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ from committers.tests.delta.interop.test_interop_delta_spark_write import (
     _read_by_spark_and_duckdb,
 )
 from framework import TwoPhaseSink
-from framework.errors import ConfigurationError
 
 pytestmark = pytest.mark.spark
 
@@ -112,21 +110,12 @@ def test_appends_number_their_rows_above_the_high_water_mark(delta_spark, tmp_pa
     assert _tracked(spark, uri) == tracked  # read through that checkpoint: the same ids
 
 
-def test_compaction_by_spark_is_refused(delta_spark, tmp_path):
-    spark = delta_spark
-    uri = str(tmp_path / "t")
-    _create(spark, uri, ROWS, "INSERT INTO {t} VALUES (1, 1)", clauses=ROW_TRACKING_ON)
-    TwoPhaseSink(DeltaSink(uri, app_id="a")).write(spark.createDataFrame([(2, 2)], ROWS))
-    version = DeltaTable(uri).version()
-    with pytest.raises(ConfigurationError, match="row ids"):
-        DeltaSink(uri, staging="spark").compact(spark)
-    assert DeltaTable(uri).version() == version
-    assert assert_all_read(spark, uri) == comparable([{"id": 1, "v": 1}, {"id": 2, "v": 2}])
-
-
-def test_compaction_keeps_every_rows_id_and_commit_version(delta_spark, tmp_path):
+@pytest.mark.parametrize("staging", ["arrow", "spark"])
+def test_compaction_keeps_every_rows_id_and_commit_version(delta_spark, tmp_path, staging):
     """Small files from delta-spark (an UPDATE that materialized ids, a DELETE that left a
-    deletion vector) and from the sink, compacted by the sink's Python tasks: every row keeps
+    deletion vector) and from the sink, compacted by the sink's Python tasks or by Spark (whose
+    scan computes each row's stable id from the materialized column or the file's base id and
+    ``_metadata.row_index``): every row keeps
     its row id and commit version as delta-spark reads them, the new files carry the
     materialized columns and fresh base ids, and delta-spark's next insert is numbered above
     everything."""
@@ -148,7 +137,7 @@ def test_compaction_keeps_every_rows_id_and_commit_version(delta_spark, tmp_path
     )
     before = _tracked(spark, uri)
     version = DeltaTable(uri).version()
-    result = DeltaSink(uri).compact(spark)
+    result = DeltaSink(uri, staging=staging).compact(spark)
     assert result.version == version + 1 and result.files_added == 1
     assert _tracked(spark, uri) == before
     (add,) = log_actions(uri, "add", first=version + 1)
