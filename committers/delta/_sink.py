@@ -20,7 +20,11 @@ from committers.delta._sink_options import (
     resolved_writer_options,
 )
 from committers.delta.commit._auto_compact import AutoCompactor
-from committers.delta.commit._clustering import check_cluster_by, planned_clustering
+from committers.delta.commit._clustering import (
+    check_cluster_by,
+    check_clustering_kept,
+    planned_clustering,
+)
 from committers.delta.commit._committer import DeltaGlobalCommitter
 from committers.delta.commit._compact import CompactionResult, PartitionFilter, compact_table
 from committers.delta.commit._log_store import LogStore
@@ -383,6 +387,8 @@ class DeltaSink(Sink[pa.RecordBatch, StagedFile, DeltaCommittable]):
         self._creates_clustered = planned_clustering(
             self.location, table is not None, schema, self.cluster_by, self.table_configuration
         )
+        if table is not None and self.replaces_schema and "clustering" in shape.features:
+            check_clustering_kept(self.location, schema, dict(shape.configuration))
         plan = plan_write(shape, schema, self.schema_mode, self.location.uri, self.option_spelling)
         if table is not None and self.mode == "overwrite":
             check_replaceable(dict(shape.configuration), self.location.uri, "mode='overwrite'")

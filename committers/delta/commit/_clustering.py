@@ -37,6 +37,7 @@ __all__ = [
     "CLUSTERING_DOMAIN",
     "MAX_CLUSTERING_COLUMNS",
     "check_cluster_by",
+    "check_clustering_kept",
     "clustering_columns",
     "create_clustered_table",
     "planned_clustering",
@@ -282,6 +283,32 @@ def _logical_names(schema: Mapping[str, Any]) -> dict[tuple[str, ...], tuple[str
 
     visit(schema["fields"], (), ())
     return found
+
+
+def check_clustering_kept(
+    location: TableLocation, schema: pa.Schema, configuration: Mapping[str, str]
+) -> None:
+    """Before an overwrite replaces the schema of a clustered table (which keeps its
+    clustering, as delta-spark's ``overwriteSchema`` does): every clustering column must be a
+    column of the new ``schema`` that can cluster a table.
+
+    Raises:
+        SchemaMismatchError: naming the clustering column the new schema lacks or cannot
+            cluster by; nothing was written.
+        UnsupportedTableFeatureError: the clustering cannot be read.
+    """
+    current = clustering_columns(location)
+    if not current:
+        return
+    try:
+        _check_clustering_columns(schema, current, configuration, location.uri)
+    except SchemaMismatchError as err:
+        raise SchemaMismatchError(
+            f"the overwrite replaces the schema of {location.uri}, which is clustered by "
+            f"{current} and stays so: {err} Keep the clustering columns in the input, or "
+            "change the clustering first (delta-spark: ALTER TABLE ... CLUSTER BY ...). "
+            "Nothing was written."
+        ) from err
 
 
 def planned_clustering(

@@ -62,18 +62,25 @@ def replaced_shape(
     planning it again against the same table gives the same shape.
 
     Raises:
-        UnsupportedTableFeatureError: the table is clustered.
+        UnsupportedTableFeatureError: the table is clustered and column-mapped, or clustered
+            and ``partition_by`` is given (the clustering columns themselves are checked
+            against the new schema by ``commit/_clustering.check_clustering_kept``).
         SchemaMismatchError: a CHECK constraint of the table names a column the new schema
             lacks (delta-spark refuses the same overwrite), or the input needs a feature
             the table's protocol lacks (TIMESTAMP_NTZ).
     """
     existing = TableShape.of_table(table)
-    if "clustering" in existing.features:
+    if "clustering" in existing.features and (existing.column_mapping or partition_by):
+        why = (
+            "it maps columns to physical names, which the new schema's columns get anew while "
+            "its clustering names the old ones"
+            if existing.column_mapping
+            else f"a clustered table cannot also be partitioned (partition_by={list(partition_by)})"
+        )
         raise UnsupportedTableFeatureError(
-            f"{table.table_uri} is clustered (liquid clustering): replacing its schema would "
-            "leave its clustering columns to columns that may no longer exist, which the sink "
-            "does not rewrite. Nothing was written. Overwrite keeping the schema, or replace "
-            "it with delta-spark (CREATE OR REPLACE TABLE ... CLUSTER BY ...)."
+            f"{table.table_uri} is clustered (liquid clustering), and the sink cannot replace "
+            f"its schema here: {why}. Nothing was written. Overwrite keeping the schema, or "
+            "replace it with delta-spark (CREATE OR REPLACE TABLE ... CLUSTER BY ...)."
         )
     raw = json.loads(DeltaSchema.from_arrow(new_table_schema(input_schema)).to_json())
     if '"timestamp_ntz"' in json.dumps(raw) and "timestampNtz" not in existing.features:

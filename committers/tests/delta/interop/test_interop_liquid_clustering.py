@@ -80,12 +80,14 @@ def test_every_write_keeps_the_clustering_and_delta_spark_reclusters(delta_spark
     assert assert_all_read(spark, uri) == comparable([*rows, {"id": 7, "v": 7, "s": "g"}])
 
 
-def test_new_clustering_columns_have_stats_and_a_schema_replacement_is_refused(
+def test_new_clustering_columns_have_stats_and_schema_changes_keep_the_clustering(
     delta_spark, tmp_path
 ):
     """delta-spark moves the clustering to another column: the sink's next files carry its
-    stats as they carry every column's. A schema replacement is refused by name, with nothing
-    written; a new column is added (by the sink's log writer), the clustering kept."""
+    stats as they carry every column's. A new column is added (by the sink's log writer) and a
+    schema replacement keeping the clustering column replaces the rows, the clustering kept
+    (delta-spark's OPTIMIZE and INSERT go on); one dropping it, or partitioning the table, is
+    refused by name with nothing written."""
     spark = delta_spark
     uri = str(tmp_path / "t")
     _create(spark, uri, ROWS, "INSERT INTO {t} VALUES (1, 1, 'a')", clauses="CLUSTER BY (v)")
@@ -94,9 +96,14 @@ def test_new_clustering_columns_have_stats_and_a_schema_replacement_is_refused(
     assert _clustering_columns(spark, uri) == ["s"]
     assert json.loads(log_actions(uri, "add")[-1]["stats"])["minValues"]["s"] == "b"
     version = DeltaTable(uri).version()
-    overwrite = DeltaSink(uri, mode="overwrite", schema_mode="overwrite")
-    with pytest.raises(UnsupportedTableFeatureError, match="clustered"):
-        TwoPhaseSink(overwrite).write(spark.createDataFrame([(3,)], "id BIGINT"))
+    replace = DeltaSink(uri, app_id="r", mode="overwrite", schema_mode="overwrite")
+    with pytest.raises(SchemaMismatchError, match=r"clustered by \['s'\].*'s'"):
+        TwoPhaseSink(replace).write(spark.createDataFrame([(3,)], "id BIGINT"))
+    partitioned = DeltaSink(
+        uri, app_id="p", mode="overwrite", schema_mode="overwrite", partition_by=["s"]
+    )
+    with pytest.raises(UnsupportedTableFeatureError, match="cannot also be partitioned"):
+        TwoPhaseSink(partitioned).write(spark.createDataFrame([("c", 1)], "s STRING, n INT"))
     assert DeltaTable(uri).version() == version
     TwoPhaseSink(DeltaSink(uri, app_id="m", schema_mode="merge")).write(
         spark.createDataFrame([(3, 3, "c", "x")], ROWS + ", extra STRING")
@@ -109,6 +116,11 @@ def test_new_clustering_columns_have_stats_and_a_schema_replacement_is_refused(
             {"id": 3, "v": 3, "s": "c", "extra": "x"},
         ]
     )
+    TwoPhaseSink(replace).write(spark.createDataFrame([("z", 1.5)], "s STRING, w DOUBLE"))
+    assert _clustering_columns(spark, uri) == ["s"]
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES ('y', 2.5)")
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    assert assert_all_read(spark, uri) == comparable([{"s": "z", "w": 1.5}, {"s": "y", "w": 2.5}])
 
 
 def _protocol_and_domain(uri: str) -> tuple[dict, list[dict]]:
