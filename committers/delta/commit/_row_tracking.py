@@ -4,12 +4,11 @@ table's high-water mark and a ``defaultRowCommitVersion`` equal to the commit's 
 the same commit carries the ``delta.rowTracking`` domain with the new mark.
 
 Appends add new rows: their stable id is their fresh id. Rewrites that copy rows (compaction,
-the kept rows of an overwrite's ``replace_where``) write each copied row's id and commit
-version into the materialized columns (:mod:`committers.delta.read._row_lineage`), which
-override the fresh ones; a file added back with a new deletion vector keeps its ids; removes
-carry their file's. Upserts would copy and update rows without their ids: they are refused
-before staging (``table/_protocol.check_appends_only``). Either way the commitInfo says
-``delta.rowTracking.preserved``.
+an upsert's and a ``replace_where``'s kept rows) write each copied row's id and commit version
+into the materialized columns (:mod:`committers.delta.read._row_lineage`), which override the
+fresh ones, and an upsert's updated rows carry the id of the row they replace there (their
+commit version is the commit's); a file added back with a new deletion vector keeps its ids;
+removes carry their file's. The commitInfo says ``delta.rowTracking.preserved``.
 
 The mark is read from the log (its checkpoint's and later commits' ``domainMetadata``) at the
 version the commit lands on top of; a commit landing first changes it, and the put-if-absent

@@ -210,7 +210,6 @@ class StoredRows:
         Raises:
             DeletionVectorError: a file's deletion vector is missing or damaged.
         """
-
         root = spark_uri(self._location.uri.rstrip("/"))
         root_path = scan_root_path(session, root)
         shape = self._plan.shape
