@@ -103,11 +103,27 @@ def keep_live_rows(
         log.debug("deletion vectors: the JVM filter refused this scan (%s); joining", err)
         return None
     jvm: Any = spark._jvm
-    udf = jvm.org.apache.spark.sql.functions.udf(
-        function, jvm.org.apache.spark.sql.types.DataTypes.BooleanType
-    )
+    udf = _java_udf2(spark, function, jvm.org.apache.spark.sql.types.DataTypes.BooleanType)
     arguments = jvm.PythonUtils.toSeq([F.xxhash64(file_path)._jc, row_index._jc])
     return _column(udf.apply(arguments))
+
+
+def _java_udf2(spark: SparkSession, function: Any, return_type: Any) -> Any:
+    """``functions.udf(UDF2, DataType)``, the Java UDF API, called by reflection. Through
+    py4j, ``functions.udf(function, type)`` matches ``udf(UDF2, DataType)`` and the untyped
+    Scala ``udf(Object, DataType)`` alike and takes whichever the JVM lists first: with a
+    class-data-sharing archive it listed the Scala one, which Spark refuses
+    (UNTYPED_SCALA_UDF)."""
+    session: Any = spark
+    gateway, jvm = session.sparkContext._gateway, session._jvm
+    forName = jvm.java.lang.Class.forName
+    parameters = gateway.new_array(jvm.java.lang.Class, 2)
+    parameters[0] = forName("org.apache.spark.sql.api.java.UDF2")
+    parameters[1] = forName("org.apache.spark.sql.types.DataType")
+    method = forName("org.apache.spark.sql.functions").getMethod("udf", parameters)
+    arguments = gateway.new_array(jvm.java.lang.Object, 2)
+    arguments[0], arguments[1] = function, return_type
+    return method.invoke(None, arguments)
 
 
 def _packed(paths: Iterable[str], vectors: Mapping[str, np.ndarray]) -> bytes:
